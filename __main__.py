@@ -1,0 +1,7 @@
+"""gpu-platform: validated stack config -> kernel inventory -> GpuPlatform."""
+
+import pulumi
+
+from stacks.program import run
+
+run()

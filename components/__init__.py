@@ -1,0 +1,1 @@
+"""The platform's ComponentResources, one per module."""

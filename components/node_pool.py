@@ -1,0 +1,168 @@
+"""GpuNodePool: a tainted pool of GPU machines, as an OpenShift MachineSet or an AWS Auto Scaling Group."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from components import labels
+from components.manifests import child_options, metadata
+from stacks.config import ClusterConfig, NodePoolConfig
+
+MACHINE_API_NAMESPACE = "openshift-machine-api"
+
+
+@dataclass(frozen=True)
+class GpuNodePoolArgs:
+    """What one pool needs: its own config and the cluster it joins."""
+
+    pool: NodePoolConfig
+    cluster: ClusterConfig
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    """GPU machines booting one image (one kernel), tainted `nvidia.com/gpu:NoSchedule` from their first boot."""
+
+    node_selector: dict[str, str]
+    taints: list[dict[str, str]]
+    gpu_capacity: int
+    os: str
+    kernel: str
+
+    def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-platform:index:GpuNodePool", name, None, opts)
+        pool, cluster = args.pool, args.cluster
+        self.node_selector = {labels.POOL_LABEL: pool.name}
+        self.taints = [dict(labels.GPU_TAINT)]
+        self.gpu_capacity = pool.gpu_capacity
+        self.os, self.kernel = pool.os, pool.kernel
+        child = child_options(self, opts)
+        node_labels = {**self.node_selector, labels.MACHINESET_GPU_TYPE_LABEL: pool.instance.gpu_model}
+        if cluster.flavor == "openshift":
+            self._machine_set(name, pool, cluster, node_labels, child)
+        else:
+            self._auto_scaling_group(name, pool, cluster, node_labels, child)
+        self.register_outputs({
+            "nodeSelector": self.node_selector, "taints": self.taints, "gpuCapacity": self.gpu_capacity,
+            "os": self.os, "kernel": self.kernel,
+        })
+
+    def _machine_set(self, name: str, pool: NodePoolConfig, cluster: ClusterConfig,
+                     node_labels: dict[str, str], opts: pulumi.ResourceOptions) -> None:
+        infra = cluster.infrastructure_id
+        zone = pool.availability_zone or f"{cluster.region}a"
+        machine_set = f"{infra}-gpu-{pool.name}-{zone}"
+        selector = {"machine.openshift.io/cluster-api-cluster": infra,
+                    "machine.openshift.io/cluster-api-machineset": machine_set}
+        instance = pool.instance
+        annotations = {
+            labels.MACHINESET_CAPACITY_ANNOTATIONS["cpu"]: str(instance.vcpus),
+            labels.MACHINESET_CAPACITY_ANNOTATIONS["memory"]: str(instance.memory_mib),
+            labels.MACHINESET_CAPACITY_ANNOTATIONS["gpu"]: str(instance.gpus),
+            "capacity.cluster-autoscaler.kubernetes.io/labels": ",".join(f"{k}={v}" for k, v in node_labels.items()),
+        }
+        k8s.apiextensions.CustomResource(
+            name,
+            api_version="machine.openshift.io/v1beta1",
+            kind="MachineSet",
+            metadata={**metadata(machine_set, MACHINE_API_NAMESPACE, extra_labels=selector, annotations=annotations)},
+            spec={
+                "replicas": pool.replicas,
+                "selector": {"matchLabels": selector},
+                "template": {
+                    "metadata": {"labels": {**selector, "machine.openshift.io/cluster-api-machine-role": "worker",
+                                            "machine.openshift.io/cluster-api-machine-type": "worker"}},
+                    "spec": {
+                        "metadata": {"labels": {**node_labels, "node-role.kubernetes.io/gpu": ""}},
+                        "taints": self.taints,
+                        "providerSpec": {"value": {
+                            "apiVersion": "machine.openshift.io/v1beta1",
+                            "kind": "AWSMachineProviderConfig",
+                            "ami": {"id": pool.image},
+                            "instanceType": pool.instance_type,
+                            "blockDevices": [{"ebs": {"volumeSize": pool.root_volume_gib, "volumeType": "gp3",
+                                                      "encrypted": True}}],
+                            "credentialsSecret": {"name": "aws-cloud-credentials"},
+                            "iamInstanceProfile": {"id": f"{infra}-worker-profile"},
+                            "placement": {"availabilityZone": zone, "region": cluster.region},
+                            "securityGroups": [{"filters": [{"name": "tag:Name", "values": [f"{infra}-node"]}]}],
+                            "subnet": {"filters": [{"name": "tag:Name",
+                                                    "values": [f"{infra}-subnet-private-{zone}"]}]},
+                            "tags": [{"name": f"kubernetes.io/cluster/{infra}", "value": "owned"}],
+                            "userDataSecret": {"name": "worker-user-data"},
+                        }},
+                    },
+                },
+            },
+            opts=opts,
+        )
+        k8s.apiextensions.CustomResource(
+            f"{name}-autoscaler",
+            api_version="autoscaling.openshift.io/v1beta1",
+            kind="MachineAutoscaler",
+            metadata=metadata(machine_set, MACHINE_API_NAMESPACE),
+            spec={
+                "minReplicas": pool.min_replicas,
+                "maxReplicas": pool.autoscaler_max,
+                "scaleTargetRef": {"apiVersion": "machine.openshift.io/v1beta1", "kind": "MachineSet",
+                                   "name": machine_set},
+            },
+            opts=opts,
+        )
+
+    def _auto_scaling_group(self, name: str, pool: NodePoolConfig, cluster: ClusterConfig,
+                            node_labels: dict[str, str], opts: pulumi.ResourceOptions) -> None:
+        group_name = f"{cluster.name}-gpu-{pool.name}"
+        template = aws.ec2.LaunchTemplate(
+            f"{name}-launch-template",
+            name=group_name,
+            image_id=pool.image,
+            instance_type=pool.instance_type,
+            iam_instance_profile={"name": cluster.instance_profile},
+            vpc_security_group_ids=list(cluster.security_group_ids),
+            block_device_mappings=[{"device_name": "/dev/sda1", "ebs": {
+                "volume_size": pool.root_volume_gib, "volume_type": "gp3", "encrypted": "true",
+                "delete_on_termination": "true"}}],
+            metadata_options={"http_tokens": "required", "http_put_response_hop_limit": 2},
+            user_data=base64.b64encode(kubelet_user_data(cluster.name, node_labels).encode()).decode(),
+            tag_specifications=[{"resource_type": "instance", "tags": {"Name": group_name}}],
+            opts=opts,
+        )
+        instance = pool.instance
+        autoscaler_tags = {
+            labels.CA_ENABLED_TAG: "true",
+            labels.CA_CLUSTER_TAG.format(cluster=cluster.name): "owned",
+            f"kubernetes.io/cluster/{cluster.name}": "owned",
+            labels.CA_TAINT_TAG.format(key=labels.GPU_TAINT["key"]): f":{labels.GPU_TAINT['effect']}",
+            labels.CA_RESOURCE_TAG.format(resource=labels.GPU_RESOURCE): str(instance.gpus),
+            **{labels.CA_LABEL_TAG.format(key=key): value for key, value in node_labels.items()},
+            labels.CA_LABEL_TAG.format(key=labels.NVIDIA_PCI_LABEL): "true",
+        }
+        aws.autoscaling.Group(
+            f"{name}-asg",
+            name=group_name,
+            min_size=pool.min_replicas,
+            max_size=pool.autoscaler_max,
+            desired_capacity=pool.replicas,
+            vpc_zone_identifiers=list(cluster.subnet_ids),
+            launch_template={"id": template.id, "version": template.latest_version.apply(str)},
+            instance_refresh={"strategy": "Rolling", "preferences": {"min_healthy_percentage": 90}},
+            tags=[{"key": key, "value": value, "propagate_at_launch": False}
+                  for key, value in sorted(autoscaler_tags.items())],
+            opts=opts,
+        )
+
+
+def kubelet_user_data(cluster: str, node_labels: dict[str, str]) -> str:
+    """Boot script that makes the kubelet register the GPU taint and pool labels before any pod lands."""
+    taint = f"{labels.GPU_TAINT['key']}:{labels.GPU_TAINT['effect']}"
+    label_arg = ",".join(f"{key}={value}" for key, value in node_labels.items())
+    return (
+        "#!/bin/bash\nset -euo pipefail\n"
+        f"/etc/eks/bootstrap.sh {cluster} --kubelet-extra-args "
+        f"'--register-with-taints={taint} --node-labels={label_arg}'\n"
+    )

@@ -1,0 +1,70 @@
+"""TenantQuota: a tenant's namespace, capped at its share of the GPUs, used by its own group only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import labels
+from components.manifests import child_options, metadata
+
+SYSTEM_PRIORITY_CLASSES = ["system-node-critical", "system-cluster-critical"]
+
+
+@dataclass(frozen=True)
+class TenantQuotaArgs:
+    """One tenant: its name, GPU quota, priority class and the group that works in its namespace."""
+
+    name: str
+    gpus: int
+    priority_class: str
+    group: str
+    max_gpus_per_pod: int | None = None
+    pod_security: str = "baseline"
+
+
+class TenantQuota(pulumi.ComponentResource):
+    """Namespace with pod security, a GPU ResourceQuota, priority-class quotas, a LimitRange and a RoleBinding.
+
+    GPU pods may only use the tenant's own priority class (a low-priority tenant cannot claim `gpu-high`), and
+    no tenant pod may use the `system-*` classes that would let it preempt node agents.
+    """
+
+    namespace: str
+    gpus: int
+
+    def __init__(self, name: str, args: TenantQuotaArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-platform:index:TenantQuota", name, None, opts)
+        self.namespace, self.gpus = args.name, args.gpus
+        tenant = {labels.TENANT_LABEL: args.name}
+        namespace = k8s.core.v1.Namespace(f"{name}-namespace", metadata=metadata(args.name, extra_labels={
+            **tenant,
+            "pod-security.kubernetes.io/enforce": args.pod_security,
+            "pod-security.kubernetes.io/audit": "restricted",
+            "pod-security.kubernetes.io/warn": "restricted",
+        }), opts=child_options(self, opts))
+        child = child_options(self, opts, namespace)
+        k8s.core.v1.ResourceQuota(f"{name}-gpu-quota", metadata=metadata("gpu-quota", args.name), spec={
+            "hard": {labels.GPU_QUOTA_KEY: str(args.gpus)}}, opts=child)
+        scoped = [("system-priority", SYSTEM_PRIORITY_CLASSES, {"pods": "0"})]
+        if args.priority_class == labels.LOW_PRIORITY_CLASS:
+            scoped.append(("high-priority-gpus", [labels.HIGH_PRIORITY_CLASS], {labels.GPU_QUOTA_KEY: "0"}))
+        for suffix, classes, hard in scoped:
+            k8s.core.v1.ResourceQuota(f"{name}-{suffix}", metadata=metadata(suffix, args.name), spec={
+                "hard": hard,
+                "scopeSelector": {"matchExpressions": [
+                    {"scopeName": "PriorityClass", "operator": "In", "values": classes}]},
+            }, opts=child)
+        per_pod = str(args.max_gpus_per_pod or max(args.gpus, 1))
+        k8s.core.v1.LimitRange(f"{name}-limits", metadata=metadata("default-limits", args.name), spec={"limits": [{
+            "type": "Container",
+            "default": {"cpu": "1", "memory": "2Gi"},
+            "defaultRequest": {"cpu": "250m", "memory": "512Mi"},
+            "max": {labels.GPU_RESOURCE: per_pod},
+        }]}, opts=child)
+        k8s.rbac.v1.RoleBinding(f"{name}-edit", metadata=metadata(f"{args.name}-edit", args.name), subjects=[
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": args.group}],
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"}, opts=child)
+        self.register_outputs({"namespace": self.namespace, "gpus": self.gpus})

@@ -1,0 +1,78 @@
+"""`gpuctl render`: the program under the mock runtime -> plan.json and one YAML manifest per Kubernetes object."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import yaml
+
+from gpuctl.runtime import run_program
+from gpuctl.stackfile import StackFile
+from stacks.config import load_stack_config
+from stacks.inventory import ObservedNode
+from stacks.program import build
+
+KUBERNETES_TYPE = re.compile(r"^kubernetes:(?P<group>[^:]+):(?P<kind>[^:]+)$")
+
+
+def render_plan(stack_file: StackFile, observed: list[ObservedNode] | None = None) -> dict[str, Any]:
+    """Run the program for this stack; config errors surface as ConfigError before any resource registers."""
+    return run_program(stack_file.stack, stack_file.config, stack_file.secret_keys,
+                       lambda: build(load_stack_config(), observed))
+
+
+def manifests(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every Kubernetes object of the plan, as it would be sent to the API server."""
+    objects = []
+    for resource in plan["resources"]:
+        if resource["custom"] and KUBERNETES_TYPE.match(resource["type"]):
+            inputs = resource["inputs"]
+            head = {key: inputs[key] for key in ("apiVersion", "kind", "metadata") if key in inputs}
+            objects.append({**head, **inputs})
+    return objects
+
+
+def manifest_filename(manifest: dict[str, Any]) -> str:
+    meta = manifest.get("metadata", {})
+    parts = [manifest["kind"], meta.get("namespace", ""), meta["name"]]
+    return "-".join(part for part in parts if part).lower().replace(":", "-") + ".yaml"
+
+
+def schema_errors(objects: list[dict[str, Any]], kubernetes_version: str) -> list[str]:
+    """Validate core objects against the official OpenAPI schema of this Kubernetes version (CRDs are skipped)."""
+    version = f"{kubernetes_version}.0"
+    errors = []
+    for manifest in objects:
+        try:
+            kubernetes_validate.validate(manifest, version, strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            continue
+        except kubernetes_validate.ValidationError as error:
+            path = ".".join(str(part) for part in error.path)
+            errors.append(f"{manifest['kind']}/{manifest['metadata']['name']}: {path}: {error.message}")
+    return errors
+
+
+def write_render(plan: dict[str, Any], out: Path) -> int:
+    """Write plan.json and manifests/ to `out` at once (a failed render leaves `out` untouched)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".render-", dir=out.parent))
+    try:
+        (staging / "plan.json").write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
+        (staging / "manifests").mkdir()
+        objects = manifests(plan)
+        for manifest in objects:
+            (staging / "manifests" / manifest_filename(manifest)).write_text(
+                yaml.safe_dump(manifest, sort_keys=False))
+        if out.exists():
+            shutil.rmtree(out)
+        staging.rename(out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return len(objects)

@@ -1,0 +1,104 @@
+"""Runs the real program under the Pulumi SDK's mock runtime, recording every registration as a plan."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pulumi
+from google.protobuf import empty_pb2
+from pulumi.output import Unknown
+from pulumi.runtime import mocks, rpc, settings
+from pulumi.runtime.proto import resource_pb2
+from pulumi.runtime.stack import run_in_stack
+from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
+
+from stacks.config import PROJECT
+
+SECRET = "[secret]"
+UNKNOWN = "[unknown]"
+
+
+class _StateFromInputs(mocks.Mocks):
+    """Providers are not called offline: a resource's state is its inputs; provider-computed outputs stay unknown."""
+
+    def new_resource(self, args: mocks.MockResourceArgs) -> tuple[str, dict]:
+        return args.name, args.inputs
+
+    def call(self, args: mocks.MockCallArgs) -> tuple[dict, None]:
+        return {}, None
+
+
+class RecordingMonitor(mocks.MockMonitor):
+    """A mock resource monitor that keeps what the engine would see: type, parent, dependencies, options."""
+
+    def __init__(self) -> None:
+        super().__init__(_StateFromInputs())
+        self.records: list[dict[str, Any]] = []
+        self.stack_urn = ""
+        self.outputs: dict[str, Any] = {}
+
+    def RegisterResource(self, request):  # noqa: N802 (the gRPC method name)
+        urn = self.make_urn(request.parent, request.type, request.name)
+        if request.type == "pulumi:pulumi:Stack":
+            self.stack_urn = urn
+            return resource_pb2.RegisterResourceResponse(urn=urn)
+        _ensure_event_loop()
+        inputs = rpc.deserialize_properties(request.object, keep_unknowns=True)
+        resource_id = request.name if request.custom else ""
+        self.records.append({
+            "urn": urn,
+            "type": request.type,
+            "name": request.name,
+            "custom": bool(request.custom),
+            "parent": request.parent or None,
+            "dependencies": sorted(set(request.dependencies)),
+            "inputs": plain(inputs),
+            "options": {
+                "replaceOnChanges": list(request.replaceOnChanges),
+                "deleteBeforeReplace": bool(request.deleteBeforeReplace),
+                "protect": bool(request.protect),
+                "ignoreChanges": list(request.ignoreChanges),
+            },
+        })
+        self.resources[urn] = mocks.MockMonitor.ResourceRegistration(urn, resource_id, inputs)
+        return resource_pb2.RegisterResourceResponse(urn=urn, id=resource_id, object=request.object)
+
+    def RegisterResourceOutputs(self, request):  # noqa: N802
+        if request.urn == self.stack_urn:
+            _ensure_event_loop()
+            self.outputs = plain(rpc.deserialize_properties(request.outputs, keep_unknowns=True))
+        return empty_pb2.Empty()
+
+
+def plain(value: Any) -> Any:
+    """JSON-ready copy of deserialized inputs: secrets masked, unknowns marked."""
+    if rpc.is_rpc_secret(value):
+        return SECRET
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    if isinstance(value, Unknown):
+        return UNKNOWN
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # protobuf carries every number as a double
+    return value
+
+
+def run_program(stack: str, config: dict[str, Any], secret_keys: list[str], program: Callable[[], Any]) -> dict:
+    """Run `program` as stack `stack` with this config, under the mock runtime, and return the plan."""
+    monitor = RecordingMonitor()
+    pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=True, monitor=monitor)
+    settings.ROOT.set(None)  # run_in_stack makes the root stack, exactly as under the Pulumi CLI
+    pulumi.runtime.set_all_config(
+        {key: value if isinstance(value, str) else json.dumps(value) for key, value in config.items()},
+        secret_keys)
+    _sync_await(run_in_stack(program))
+    return {
+        "project": PROJECT,
+        "stack": stack,
+        "resources": sorted(monitor.records, key=lambda record: record["urn"]),
+        "outputs": monitor.outputs,
+    }

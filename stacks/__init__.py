@@ -1,0 +1,1 @@
+"""Stack configuration, fleet facts and the composition of the platform."""

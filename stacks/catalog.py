@@ -1,0 +1,62 @@
+"""Fleet facts: what each AWS GPU instance type carries, and which node operating systems have drivers."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    """One AWS GPU instance type: the GPU it carries and the shape the autoscaler needs to scale from zero."""
+
+    gpu_model: str
+    gpus: int
+    gpu_memory_gib: int
+    vcpus: int
+    memory_mib: int
+
+
+INSTANCE_TYPES: dict[str, InstanceType] = {
+    "g4dn.xlarge": InstanceType("Tesla-T4", 1, 16, 4, 16384),
+    "g4dn.2xlarge": InstanceType("Tesla-T4", 1, 16, 8, 32768),
+    "g4dn.12xlarge": InstanceType("Tesla-T4", 4, 16, 48, 196608),
+    "g5.xlarge": InstanceType("NVIDIA-A10G", 1, 24, 4, 16384),
+    "g5.12xlarge": InstanceType("NVIDIA-A10G", 4, 24, 48, 196608),
+    "g5.48xlarge": InstanceType("NVIDIA-A10G", 8, 24, 192, 786432),
+    "g6.xlarge": InstanceType("NVIDIA-L4", 1, 24, 4, 16384),
+    "g6.12xlarge": InstanceType("NVIDIA-L4", 4, 24, 48, 196608),
+    "g6e.xlarge": InstanceType("NVIDIA-L40S", 1, 48, 4, 32768),
+    "g6e.12xlarge": InstanceType("NVIDIA-L40S", 4, 48, 48, 393216),
+    "p4d.24xlarge": InstanceType("NVIDIA-A100-SXM4-40GB", 8, 40, 96, 1179648),
+    "p4de.24xlarge": InstanceType("NVIDIA-A100-SXM4-80GB", 8, 80, 96, 1179648),
+    "p5.48xlarge": InstanceType("NVIDIA-H100-80GB-HBM3", 8, 80, 192, 2097152),
+}
+
+
+@dataclass(frozen=True)
+class NodeOs:
+    """A node operating system: NVIDIA's image tag suffix, its NFD os-release facts, its kernel naming."""
+
+    tag_suffix: str
+    os_release_id: str
+    os_release_version: str
+    kernel_pattern: re.Pattern[str]
+    kernel_example: str
+    openshift: bool
+
+
+_UBUNTU_KERNEL = re.compile(r"^\d+\.\d+\.\d+-\d+-(aws|generic|nvidia)$")
+_EL9_KERNEL = re.compile(r"^\d+\.\d+\.\d+-\d+(\.\d+)*\.el9(_\d+)?\.(x86_64|aarch64)$")
+
+NODE_OSES: dict[str, NodeOs] = {
+    "ubuntu22.04": NodeOs("ubuntu22.04", "ubuntu", "22.04", _UBUNTU_KERNEL, "6.8.0-1021-aws", False),
+    "ubuntu24.04": NodeOs("ubuntu24.04", "ubuntu", "24.04", _UBUNTU_KERNEL, "6.8.0-1021-aws", False),
+    "rhcos4.16": NodeOs("rhcos4.16", "rhcos", "4.16", _EL9_KERNEL, "5.14.0-427.50.1.el9_4.x86_64", True),
+    "rhcos4.17": NodeOs("rhcos4.17", "rhcos", "4.17", _EL9_KERNEL, "5.14.0-427.50.1.el9_4.x86_64", True),
+    "rhcos4.18": NodeOs("rhcos4.18", "rhcos", "4.18", _EL9_KERNEL, "5.14.0-427.65.1.el9_4.x86_64", True),
+}
+
+OS_BY_RELEASE: dict[tuple[str, str], str] = {
+    (node_os.os_release_id, node_os.os_release_version): name for name, node_os in NODE_OSES.items()
+}
