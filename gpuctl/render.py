@@ -12,6 +12,10 @@ from typing import Any
 import kubernetes_validate
 import yaml
 
+import argparse
+import sys
+
+from gpuctl.cli import OK, VIOLATION, add_stack_arguments, observed_nodes, stack_file
 from gpuctl.runtime import run_program
 from gpuctl.stackfile import StackFile
 from stacks.config import load_stack_config
@@ -76,3 +80,22 @@ def write_render(plan: dict[str, Any], out: Path) -> int:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return len(objects)
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = render_plan(stack_file(args), observed_nodes(args.observed_nodes))
+    errors = schema_errors(manifests(plan), plan["outputs"]["kubernetesVersion"])
+    if errors:
+        for error in errors:
+            print(f"schema: {error}", file=sys.stderr)
+        return VIOLATION
+    count = write_render(plan, Path(args.out))
+    print(f"rendered stack {plan['stack']}: {len(plan['resources'])} resources, {count} manifests -> {args.out}")
+    return OK
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("render", help="render a stack to DIR/plan.json and DIR/manifests/")
+    add_stack_arguments(parser)
+    parser.add_argument("--out", required=True, help="output directory (replaced as a whole)")
+    parser.set_defaults(run=run)

@@ -1,0 +1,49 @@
+"""Shared command-line plumbing: exit codes, one-line errors, stack and node-list arguments."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from gpuctl.stackfile import StackFile, load_stack_file, stack_file_path
+from stacks.config import ConfigError
+from stacks.inventory import ObservedNode, parse_node_list
+
+ROOT = Path(__file__).resolve().parent.parent
+OK, VIOLATION, BAD_INPUT = 0, 1, 2
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports usage mistakes as one-line ConfigErrors (exit 2) instead of printing usage."""
+
+    def error(self, message: str):
+        raise ConfigError(f"{self.prog}: {message}")
+
+
+def add_stack_arguments(parser: argparse.ArgumentParser, *, config_file: bool = True) -> None:
+    """--stack NAME | --config-file PATH, and --observed-nodes FILE."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--stack", help="stack name: reads Pulumi.<stack>.yaml")
+    if config_file:
+        source.add_argument("--config-file", help="a stack file at any path")
+    parser.add_argument("--observed-nodes", help="`kubectl get nodes -o json` output: kernels GPU nodes run now")
+
+
+def stack_file(args: argparse.Namespace, root: Path = ROOT) -> StackFile:
+    if getattr(args, "config_file", None):
+        return load_stack_file(Path(args.config_file), args.stack)
+    return load_stack_file(stack_file_path(root, args.stack), args.stack)
+
+
+def observed_nodes(path: str | None) -> list[ObservedNode] | None:
+    """Parse a `kubectl get nodes -o json` file, or None when no file was given."""
+    if path is None:
+        return None
+    try:
+        document = json.loads(Path(path).read_text())
+    except OSError as error:
+        raise ConfigError(f"--observed-nodes {path}: {error.strerror}; pass a `kubectl get nodes -o json` file") from None
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"--observed-nodes {path}: not JSON ({error.msg} at line {error.lineno})") from None
+    return parse_node_list(document, path)
