@@ -108,7 +108,7 @@ class DriverStack(pulumi.ComponentResource):
             f"{name}-{target.slug}",
             metadata=metadata(f"nvidia-driver-{target.slug}", args.namespace, extra_labels={
                 **target_labels, "app.kubernetes.io/version": args.version},
-                annotations={"gpu-platform.io/kernel": target.kernel, "gpu-platform.io/os": target.os}),
+                annotations={labels.KERNEL_ANNOTATION: target.kernel, labels.OS_ANNOTATION: target.os}),
             spec=daemonset_spec("nvidia-driver", pod, strategy={"type": "OnDelete"}, extra_labels=target_labels),
             opts=opts,
         )
@@ -116,7 +116,7 @@ class DriverStack(pulumi.ComponentResource):
     def _validation(self, name: str, target: KernelTarget, args: DriverStackArgs,
                     opts: pulumi.ResourceOptions) -> k8s.batch.v1.Job:
         running = args.inventory.running(target)
-        annotations = {"gpu-platform.io/kernel": target.kernel}
+        annotations = {labels.KERNEL_ANNOTATION: target.kernel, labels.OS_ANNOTATION: target.os}
         if not running:
             # No node boots this kernel yet: the Job stays pending until one does, and must not block `pulumi up`.
             annotations[labels.SKIP_AWAIT] = "true"

@@ -21,6 +21,8 @@ POOL_LABEL = "gpu-platform.io/pool"
 GPU_NODE_SELECTOR = {NVIDIA_PCI_LABEL: "true"}
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-platform"}
 TENANT_LABEL = "gpu-platform.io/tenant"
+KERNEL_ANNOTATION = "gpu-platform.io/kernel"
+OS_ANNOTATION = "gpu-platform.io/os"
 
 # Namespaces.
 GPU_SYSTEM_NAMESPACE = "gpu-system"

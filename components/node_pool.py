@@ -60,6 +60,7 @@ class GpuNodePool(pulumi.ComponentResource):
                     "machine.openshift.io/cluster-api-machineset": machine_set}
         instance = pool.instance
         annotations = {
+            **kernel_annotations(pool),
             labels.MACHINESET_CAPACITY_ANNOTATIONS["cpu"]: str(instance.vcpus),
             labels.MACHINESET_CAPACITY_ANNOTATIONS["memory"]: str(instance.memory_mib),
             labels.MACHINESET_CAPACITY_ANNOTATIONS["gpu"]: str(instance.gpus),
@@ -129,7 +130,8 @@ class GpuNodePool(pulumi.ComponentResource):
                 "delete_on_termination": "true"}}],
             metadata_options={"http_tokens": "required", "http_put_response_hop_limit": 2},
             user_data=base64.b64encode(kubelet_user_data(cluster.name, node_labels).encode()).decode(),
-            tag_specifications=[{"resource_type": "instance", "tags": {"Name": group_name}}],
+            tags=kernel_annotations(pool),
+            tag_specifications=[{"resource_type": "instance", "tags": {"Name": group_name, **kernel_annotations(pool)}}],
             opts=opts,
         )
         instance = pool.instance
@@ -139,6 +141,7 @@ class GpuNodePool(pulumi.ComponentResource):
             f"kubernetes.io/cluster/{cluster.name}": "owned",
             labels.CA_TAINT_TAG.format(key=labels.GPU_TAINT["key"]): f":{labels.GPU_TAINT['effect']}",
             labels.CA_RESOURCE_TAG.format(resource=labels.GPU_RESOURCE): str(instance.gpus),
+            **kernel_annotations(pool),
             **{labels.CA_LABEL_TAG.format(key=key): value for key, value in node_labels.items()},
             labels.CA_LABEL_TAG.format(key=labels.NVIDIA_PCI_LABEL): "true",
         }
@@ -155,6 +158,11 @@ class GpuNodePool(pulumi.ComponentResource):
                   for key, value in sorted(autoscaler_tags.items())],
             opts=opts,
         )
+
+
+def kernel_annotations(pool: NodePoolConfig) -> dict[str, str]:
+    """The OS and kernel the pool's image boots: a kernel upgrade is a visible change of the pool itself."""
+    return {labels.KERNEL_ANNOTATION: pool.kernel, labels.OS_ANNOTATION: pool.os}
 
 
 def kubelet_user_data(cluster: str, node_labels: dict[str, str]) -> str:

@@ -1,0 +1,256 @@
+"""`gpuctl diff`: what `pulumi preview --diff` would show between two rendered plans."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from graphlib import TopologicalSorter
+from pathlib import Path
+from typing import Any
+
+from deepdiff import DeepDiff
+from deepdiff.helper import NotPresent
+from rich.console import Console
+from rich.markup import escape
+
+from components import labels
+from gpuctl.cli import OK, observed_nodes
+from stacks.config import ConfigError
+from stacks.inventory import KernelTarget, ObservedNode
+
+# Properties the providers cannot change in place (besides each resource's own replaceOnChanges).
+FORCE_NEW: list[tuple[re.Pattern[str], tuple[str, ...]]] = [
+    (re.compile(r"^kubernetes:"), ("metadata.name", "metadata.namespace")),
+    (re.compile(r"^kubernetes:apps/v1:(DaemonSet|Deployment|StatefulSet|ReplicaSet)$"), ("spec.selector",)),
+    (re.compile(r"^kubernetes:batch/v1:Job$"), ("spec.selector", "spec.template")),
+    (re.compile(r"^kubernetes:node.k8s.io/v1:RuntimeClass$"), ("handler",)),
+    (re.compile(r"^kubernetes:scheduling.k8s.io/v1:PriorityClass$"), ("value",)),
+    (re.compile(r"^aws:ec2/launchTemplate:LaunchTemplate$"), ("name",)),
+    (re.compile(r"^aws:autoscaling/group:Group$"), ("name",)),
+]
+SYMBOLS = {"create": "+", "update": "~", "replace": "+-", "delete": "-"}
+COLOURS = {"create": "green", "update": "yellow", "replace": "magenta", "delete": "red"}
+DRIVER_DAEMONSET = "kubernetes:apps/v1:DaemonSet"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One property that differs: its dotted path and both values (absent values are None)."""
+
+    path: str
+    old: Any
+    new: Any
+
+
+@dataclass
+class Step:
+    """What the engine would do to one resource."""
+
+    op: str
+    resource: dict[str, Any]
+    changes: list[Change] = field(default_factory=list)
+    replace_reasons: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "urn": self.resource["urn"], "type": self.resource["type"],
+                "name": self.resource["name"], "diffs": [change.path for change in self.changes],
+                "replaceReasons": self.replace_reasons}
+
+
+@dataclass
+class PlanDiff:
+    """Steps in the order the engine would run them, and how many resources stay the same."""
+
+    steps: list[Step]
+    same: int
+    parents: dict[str, dict[str, Any]]
+
+    def summary(self) -> dict[str, int]:
+        counts = {op: 0 for op in SYMBOLS}
+        for step in self.steps:
+            counts[step.op] += 1
+        return {**counts, "same": self.same}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"steps": [step.to_json() for step in self.steps], "changeSummary": self.summary()}
+
+
+def dotted(path: list[Any]) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _covers(prefix: str, path: str) -> bool:
+    return path == prefix or path.startswith((f"{prefix}.", f"{prefix}["))
+
+
+def _changes(old: dict[str, Any], new: dict[str, Any], ignore: list[str]) -> list[Change]:
+    changes = []
+    for items in DeepDiff(old, new, view="tree").values():
+        for item in items:
+            path = dotted(item.path(output_format="list"))
+            if any(_covers(ignored, path) for ignored in ignore):
+                continue
+            changes.append(Change(path, None if isinstance(item.t1, NotPresent) else item.t1,
+                                  None if isinstance(item.t2, NotPresent) else item.t2))
+    return sorted(changes, key=lambda change: change.path)
+
+
+def _replace_reasons(resource: dict[str, Any], changes: list[Change]) -> list[str]:
+    forced = [prefix for pattern, prefixes in FORCE_NEW if pattern.match(resource["type"]) for prefix in prefixes]
+    forced += resource["options"]["replaceOnChanges"]
+    return sorted({change.path for change in changes if any(_covers(prefix, change.path) for prefix in forced)})
+
+
+def _order(plan: dict[str, Any]) -> list[str]:
+    """URNs in the order the engine registers them: parents and dependencies first."""
+    graph = TopologicalSorter()
+    for resource in plan["resources"]:
+        graph.add(resource["urn"], *resource["dependencies"], *([resource["parent"]] if resource["parent"] else []))
+    return [urn for urn in graph.static_order()]
+
+
+def _key(urn: str) -> str:
+    """A URN without its stack name, so renders of one stack from different files line up."""
+    return urn.split("::", 1)[-1]
+
+
+def diff_plans(old: dict[str, Any], new: dict[str, Any]) -> PlanDiff:
+    """Compare two plans of the same stack resource by resource (by URN)."""
+    old_by_urn = {resource["urn"]: resource for resource in old["resources"]}
+    new_by_urn = {resource["urn"]: resource for resource in new["resources"]}
+    old_by_key = {_key(urn): resource for urn, resource in old_by_urn.items()}
+    new_keys = {_key(urn) for urn in new_by_urn}
+    steps, same = [], 0
+    for urn in _order(new):
+        resource = new_by_urn.get(urn)
+        if resource is None:
+            continue
+        before = old_by_key.get(_key(urn))
+        if before is None:
+            steps.append(Step("create", resource))
+            continue
+        changes = _changes(before["inputs"], resource["inputs"], resource["options"]["ignoreChanges"])
+        if not changes:
+            same += 1
+            continue
+        reasons = _replace_reasons(resource, changes)
+        steps.append(Step("replace" if reasons else "update", resource, changes, reasons))
+    # Deletes run last, dependents before what they depend on.
+    steps += [Step("delete", old_by_urn[urn]) for urn in reversed(_order(old)) if urn in old_by_urn
+              and _key(urn) not in new_keys]
+    return PlanDiff(steps, same, {**old_by_urn, **new_by_urn})
+
+
+def refuse_driver_removal(diff: PlanDiff, observed: list[ObservedNode]) -> None:
+    """Refuse a change that deletes the driver of a kernel some node still runs, naming those nodes."""
+    running: dict[KernelTarget, list[str]] = {}
+    for node in observed:
+        running.setdefault(node.target, []).append(node.name)
+    for step in diff.steps:
+        annotations = step.resource["inputs"].get("metadata", {}).get("annotations", {})
+        if step.op != "delete" or step.resource["type"] != DRIVER_DAEMONSET or labels.KERNEL_ANNOTATION not in annotations:
+            continue
+        target = KernelTarget(annotations[labels.OS_ANNOTATION], annotations[labels.KERNEL_ANNOTATION])
+        nodes = running.get(target)
+        if nodes:
+            raise ConfigError(
+                f"refused: this change deletes driver {step.resource['inputs']['metadata']['name']} for kernel "
+                f"{target.kernel} ({target.os}), which nodes still run: {', '.join(sorted(nodes))}; "
+                f"roll those nodes to the new image first, or keep a pool on that kernel")
+
+
+def _value(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True) if value is not None else "(absent)"
+    return text if len(text) <= 120 else f"{text[:117]}..."
+
+
+def print_diff(diff: PlanDiff, console: Console) -> None:
+    """The human view: changed resources under their components, property changes, and a summary."""
+    changed_ancestors: set[str] = set()
+    for step in diff.steps:
+        parent = step.resource["parent"]
+        while parent in diff.parents:
+            changed_ancestors.add(parent)
+            parent = diff.parents[parent]["parent"]
+    shown: set[str] = set()
+
+    def depth(urn: str | None) -> int:
+        level = 0
+        while urn in diff.parents:
+            level, urn = level + 1, diff.parents[urn]["parent"]
+        return level
+
+    def header(urn: str | None) -> None:
+        if urn is None or urn in shown or urn not in diff.parents:
+            return
+        header(diff.parents[urn]["parent"])
+        shown.add(urn)
+        resource = diff.parents[urn]
+        console.print(f"    {'  ' * depth(resource['parent'])}{escape(resource['type'])}  {escape(resource['name'])}",
+                      highlight=False)
+
+    for step in diff.steps:
+        header(step.resource["parent"])
+        symbol, colour = SYMBOLS[step.op], COLOURS[step.op]
+        indent = "  " * depth(step.resource["parent"])
+        console.print(f"[{colour}]{symbol:<4}{indent}{escape(step.resource['type'])}  "
+                      f"{escape(step.resource['name'])}  {step.op}[/{colour}]", highlight=False)
+        for change in step.changes:
+            mark = "+-" if change.path in step.replace_reasons else "~"
+            console.print(f"[{colour}]    {indent}    {mark} {escape(change.path)}: {escape(_value(change.old))} => "
+                          f"{escape(_value(change.new))}[/{colour}]", highlight=False)
+    summary = diff.summary()
+    console.print("Resources:")
+    for op, verb in (("create", "to create"), ("update", "to update"), ("replace", "to replace"),
+                     ("delete", "to delete")):
+        if summary[op]:
+            console.print(f"    [{COLOURS[op]}]{SYMBOLS[op]} {summary[op]} {verb}[/{COLOURS[op]}]")
+    changes = len(diff.steps)
+    console.print(f"    {changes} change{'s' if changes != 1 else ''}. {summary['same']} unchanged"
+                  if changes else f"    {summary['same']} unchanged")
+
+
+def load_plan(directory: str) -> dict[str, Any]:
+    path = Path(directory) / "plan.json"
+    try:
+        plan = json.loads(path.read_text())
+    except OSError:
+        raise ConfigError(f"{path}: no rendered plan here; run `python -m gpuctl render --out {directory}` first") from None
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{path}: not JSON ({error.msg} at line {error.lineno}); render it again") from None
+    if not isinstance(plan, dict) or not isinstance(plan.get("resources"), list):
+        raise ConfigError(f"{path}: not a gpuctl plan (no resources list); render it again")
+    return plan
+
+
+def console() -> Console:
+    """Colour on a terminal, plain text in CI and pipes."""
+    return Console(highlight=False, soft_wrap=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    old, new = load_plan(args.old), load_plan(args.new)
+    diff = diff_plans(old, new)
+    refuse_driver_removal(diff, observed_nodes(args.observed_nodes) or [])
+    if args.json:
+        print(json.dumps(diff.to_json(), indent=2))
+    else:
+        print_diff(diff, console())
+    return OK
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("diff", help="what would change between two rendered plans")
+    parser.add_argument("old", metavar="OLD_DIR")
+    parser.add_argument("new", metavar="NEW_DIR")
+    parser.add_argument("--json", action="store_true", help="steps and changeSummary, as `pulumi preview --json`")
+    parser.add_argument("--observed-nodes", help="refuse to delete the driver of a kernel these nodes still run")
+    parser.set_defaults(run=run)
+
+
