@@ -75,7 +75,7 @@ class RecordingMonitor(mocks.MockMonitor):
 def plain(value: Any) -> Any:
     """JSON-ready copy of deserialized inputs: secrets masked, unknowns marked."""
     if rpc.is_rpc_secret(value):
-        return SECRET
+        return _masked(value["value"])
     if isinstance(value, dict):
         return {key: plain(item) for key, item in value.items()}
     if isinstance(value, list):
@@ -85,6 +85,15 @@ def plain(value: Any) -> Any:
     if isinstance(value, float) and value.is_integer():
         return int(value)  # protobuf carries every number as a double
     return value
+
+
+def _masked(value: Any) -> Any:
+    """A secret keeps its shape (so manifests still validate) but every value in it is masked."""
+    if isinstance(value, dict):
+        return {key: _masked(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_masked(item) for item in value]
+    return SECRET
 
 
 def run_program(stack: str, config: dict[str, Any], secret_keys: list[str], program: Callable[[], Any]) -> dict:

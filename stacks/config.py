@@ -123,6 +123,14 @@ class NodePoolConfig(StrictModel):
     def autoscaler_max(self) -> int:
         return self.replicas if self.max_replicas is None else self.max_replicas
 
+    def zone(self, cluster: ClusterConfig) -> str:
+        """The availability zone of the pool's machines: the one set, or the region's first."""
+        return self.availability_zone or f"{cluster.region}a"
+
+    def machine_set_name(self, cluster: ClusterConfig) -> str:
+        """OpenShift MachineSet name; its machines carry it as a label value, so it has at most 63 characters."""
+        return f"{cluster.infrastructure_id}-gpu-{self.name}-{self.zone(cluster)}"
+
 
 class DriverConfig(StrictModel):
     """The NVIDIA data-center driver: branch and version, and the registry holding its precompiled images."""
@@ -191,6 +199,7 @@ class StackConfig(StrictModel):
     device_plugin: DevicePluginConfig = DevicePluginConfig()
     images: ImagesConfig = ImagesConfig()
     registry_pull_secret: SecretStr | None = None
+    preflight: bool = True
 
     @model_validator(mode="after")
     def _check(self) -> StackConfig:
@@ -204,6 +213,11 @@ class StackConfig(StrictModel):
             if NODE_OSES[pool.os].openshift != (self.cluster.flavor == "openshift"):
                 raise ValueError(
                     f"nodePools: pool {pool.name!r} runs {pool.os}, which does not fit a {self.cluster.flavor} cluster"
+                )
+            if self.cluster.flavor == "openshift" and len(name := pool.machine_set_name(self.cluster)) > 63:
+                raise ValueError(
+                    f"nodePools: pool {pool.name!r} makes the MachineSet name {name!r} {len(name)} characters long, "
+                    "over the 63 of a label value; shorten the pool name"
                 )
         return self
 
