@@ -15,7 +15,7 @@ $(BIN)/pytest: requirements.lock
 setup: $(BIN)/pytest
 
 render: setup
-	$(BIN)/python -m gpuctl render --stack $(STACK) --out build/$(STACK)
+	$(BIN)/python -m gpuctl render --stack $(STACK) --out build/$(STACK) --offline
 
 test: setup
 	$(BIN)/python -m pytest -q

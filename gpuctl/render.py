@@ -19,16 +19,37 @@ from gpuctl.cli import OK, VIOLATION, add_stack_arguments, observed_nodes, stack
 from gpuctl.runtime import run_program
 from gpuctl.stackfile import StackFile
 from stacks.config import load_stack_config
-from stacks.inventory import ObservedNode
+from stacks.inventory import KernelTarget, ObservedNode
+from stacks.preflight import RegistryUnreachable, check_driver_images
 from stacks.program import build
 
 KUBERNETES_TYPE = re.compile(r"^kubernetes:(?P<group>[^:]+):(?P<kind>[^:]+)$")
 
 
-def render_plan(stack_file: StackFile, observed: list[ObservedNode] | None = None) -> dict[str, Any]:
-    """Run the program for this stack; config errors surface as ConfigError before any resource registers."""
+def render_plan(stack_file: StackFile, observed: list[ObservedNode] | None = None, *,
+                online: bool = False) -> dict[str, Any]:
+    """Run the program for this stack; config errors surface as ConfigError before any resource registers.
+
+    Online, a stack that enables discovery reads its GPU nodes live when no node list was given.
+    """
     return run_program(stack_file.stack, stack_file.config, stack_file.secret_keys,
-                       lambda: build(load_stack_config(), observed))
+                       lambda: build(load_stack_config(), observed, discover=online))
+
+
+def preflight(plan: dict[str, Any], offline: bool) -> str:
+    """Check the plan's driver images in their registries; return what happened, for the user.
+
+    A missing image stops the command (exit 2). A registry that cannot be reached leaves the images
+    unverified: a review tool says so and goes on; `pulumi up` itself refuses in that case.
+    """
+    if offline:
+        return "skipped (--offline)"
+    images = {KernelTarget(*key.split("/", 1)): image for key, image in plan["outputs"]["driverImages"].items()}
+    try:
+        check_driver_images(images)
+    except RegistryUnreachable as error:
+        return f"not verified: {error}"
+    return f"passed ({len(set(images.values()))} driver images found)"
 
 
 def manifests(plan: dict[str, Any]) -> list[dict[str, Any]]:
@@ -83,7 +104,8 @@ def write_render(plan: dict[str, Any], out: Path) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    plan = render_plan(stack_file(args), observed_nodes(args.observed_nodes))
+    plan = render_plan(stack_file(args), observed_nodes(args.observed_nodes), online=not args.offline)
+    checked = preflight(plan, args.offline)
     errors = schema_errors(manifests(plan), plan["outputs"]["kubernetesVersion"])
     if errors:
         for error in errors:
@@ -91,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         return VIOLATION
     count = write_render(plan, Path(args.out))
     print(f"rendered stack {plan['stack']}: {len(plan['resources'])} resources, {count} manifests -> {args.out}")
+    print(f"driver image preflight: {checked}")
     return OK
 
 
@@ -98,4 +121,6 @@ def register(commands) -> None:
     parser = commands.add_parser("render", help="render a stack to DIR/plan.json and DIR/manifests/")
     add_stack_arguments(parser)
     parser.add_argument("--out", required=True, help="output directory (replaced as a whole)")
+    parser.add_argument("--offline", action="store_true",
+                        help="no network: skip the driver image preflight and live node discovery")
     parser.set_defaults(run=run)

@@ -7,22 +7,41 @@ from collections.abc import Iterable
 import pulumi
 
 from stacks.config import ConfigError, StackConfig, load_stack_config
+from stacks.discovery import read_live_nodes
 from stacks.inventory import KernelInventory, ObservedNode
 from stacks.platform import GpuPlatform
+from stacks.preflight import check_driver_images
 
 
-def build(config: StackConfig, observed: Iterable[ObservedNode] | None = None) -> GpuPlatform:
-    """Compose the platform for a validated config and the nodes observed on the cluster, and export outputs."""
-    platform = GpuPlatform("gpu-platform", config, KernelInventory.build(config, observed))
+def build(config: StackConfig, observed: Iterable[ObservedNode] | None = None, *, discover: bool = False,
+          preflight: bool = False) -> GpuPlatform:
+    """Compose the platform for a validated config and the nodes observed on the cluster, and export outputs.
+
+    Args:
+        config: the validated stack config.
+        observed: GPU nodes already read (a `kubectl get nodes -o json` file); None when not known.
+        discover: read the nodes live when the stack enables discovery and none were given.
+        preflight: check every driver image exists before any resource is registered.
+    """
+    if observed is None and discover and config.cluster.discovery.enabled:
+        observed = read_live_nodes(config.cluster.discovery)
+    inventory = KernelInventory.build(config, observed)
+    if preflight:
+        check_driver_images({target: target.driver_image(config.driver.repository, config.driver.branch)
+                             for target in inventory.targets})
+    platform = GpuPlatform("gpu-platform", config, inventory)
     for key, value in platform.outputs.items():
         pulumi.export(key, value)
     return platform
 
 
 def run() -> None:
-    """Entry point under the Pulumi CLI: config errors become one-line run errors, without a traceback."""
+    """Entry point under the Pulumi CLI: config, discovery and preflight errors become one-line run errors."""
     try:
         config = load_stack_config()
+        if not config.cluster.discovery.enabled:
+            pulumi.log.warn("live discovery is off: a driver whose kernel leaves the stack config is deleted even "
+                            "if nodes still run it; enable gpu-platform:cluster.discovery")
+        build(config, discover=True, preflight=config.preflight)
     except ConfigError as error:
         raise pulumi.RunError(str(error)) from None
-    build(config)

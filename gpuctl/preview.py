@@ -1,0 +1,77 @@
+"""`gpuctl preview`: render the stack, diff it against a git ref, and run the policy pack: the PR view."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gpuctl import diff as plan_diff
+from gpuctl.cli import OK, ROOT, VIOLATION, add_stack_arguments, observed_nodes, stack_file
+from gpuctl.render import preflight, render_plan
+from gpuctl.stackfile import stack_file_path
+from stacks.config import PROJECT, ConfigError
+
+
+def _git(*args: str, cwd: Path = ROOT) -> str:
+    result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ConfigError(f"git {' '.join(args)}: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else 'failed'}")
+    return result.stdout.strip()
+
+
+def render_at(ref: str, stack: str, observed_file: str | None) -> dict[str, Any]:
+    """Render the stack with the program and stack file as they are at `ref`, in a throwaway worktree."""
+    try:
+        commit = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    except ConfigError:
+        raise ConfigError(f"--base {ref}: not a commit in this repository; use a branch, tag or commit") from None
+    with tempfile.TemporaryDirectory(prefix="gpuctl-base-") as scratch:
+        tree = Path(scratch) / "tree"
+        _git("worktree", "add", "--detach", "--quiet", str(tree), commit)
+        try:
+            if not stack_file_path(tree, stack).is_file():
+                return {"project": PROJECT, "stack": stack, "resources": [], "outputs": {}}
+            out = Path(scratch) / "plan"
+            command = [sys.executable, "-m", "gpuctl", "render", "--stack", stack, "--out", str(out), "--offline"]
+            if observed_file:
+                command += ["--observed-nodes", str(Path(observed_file).resolve())]
+            result = subprocess.run(command, cwd=tree, capture_output=True, text=True)
+            if result.returncode != 0:
+                reason = (result.stderr.strip().splitlines() or ["it failed"])[-1]
+                raise ConfigError(f"--base {ref}: the stack does not render there: {reason}")
+            return json.loads((out / "plan.json").read_text())
+        finally:
+            _git("worktree", "remove", "--force", str(tree))
+
+
+def run(args: argparse.Namespace) -> int:
+    observed = observed_nodes(args.observed_nodes)
+    new = render_plan(stack_file(args), observed, online=not args.offline)
+    checked = preflight(new, args.offline)
+    old = render_at(args.base, args.stack, args.observed_nodes) if args.base else \
+        {"project": PROJECT, "stack": args.stack, "resources": [], "outputs": {}}
+    changes = plan_diff.diff_plans(old, new)
+    plan_diff.refuse_driver_removal(changes, observed or [])
+    if args.json:
+        print(json.dumps({**changes.to_json(), "preflight": checked}, indent=2))
+        return OK
+    console = plan_diff.console()
+    base = f"against {args.base}" if args.base else "as a new deployment"
+    console.print(f"Previewing stack {args.stack} {base}:")
+    plan_diff.print_diff(changes, console)
+    console.print(f"Driver image preflight: {checked}")
+    return OK
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("preview", help="render + diff against a git ref + policies: the PR view")
+    add_stack_arguments(parser, config_file=False)
+    parser.add_argument("--base", metavar="GIT_REF", help="diff against the stack as it is at this ref")
+    parser.add_argument("--json", action="store_true", help="as `pulumi preview --json`")
+    parser.add_argument("--offline", action="store_true", help="skip the registry preflight and live discovery")
+    parser.set_defaults(run=run)

@@ -1,0 +1,133 @@
+"""Live discovery: the cluster's GPU nodes and the kernels NFD saw on them, read through a kubeconfig."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import urllib3
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from components import labels
+from stacks.config import PROJECT, ConfigError, DiscoveryConfig
+from stacks.inventory import ObservedNode, parse_node_list
+
+GPU_NODE_SELECTOR = f"{labels.NVIDIA_PCI_LABEL}=true"
+_TIMEOUT_KEY = f"{PROJECT}:cluster.discovery.timeoutSeconds"
+_KUBECONFIG_KEY = f"{PROJECT}:cluster.discovery.kubeconfig"
+
+
+class DiscoveryError(ConfigError):
+    """The live read of the GPU nodes failed; one line saying what failed, where, and the fix."""
+
+
+def read_live_nodes(discovery: DiscoveryConfig) -> list[ObservedNode]:
+    """Read the GPU nodes from the cluster the kubeconfig (and context) reaches, in one bounded request.
+
+    Raises:
+        DiscoveryError: the kubeconfig, the connection, the credentials or the answer failed; never returns a
+            partial list.
+    """
+    api = _api_client(discovery)
+    server = api.configuration.host
+    try:
+        with api:
+            response = client.CoreV1Api(api).list_node(
+                label_selector=GPU_NODE_SELECTOR,
+                _request_timeout=discovery.timeout_seconds,
+                _preload_content=False,
+            )
+            body = response.data
+    except ApiException as error:
+        raise DiscoveryError(_refusal(error, server)) from None
+    except urllib3.exceptions.HTTPError as error:
+        raise DiscoveryError(_connection_failure(error, server, discovery)) from None
+    try:
+        document = json.loads(body)
+    except ValueError:
+        raise DiscoveryError(
+            f"the API server at {server} answered the node list with something that is not JSON; "
+            "check that the kubeconfig's server URL points at the Kubernetes API"
+        ) from None
+    if not isinstance(document, dict) or document.get("kind") != "NodeList":
+        raise DiscoveryError(
+            f"the API server at {server} answered the node list with something that is not a v1 NodeList; "
+            "check that the kubeconfig's server URL points at the Kubernetes API"
+        )
+    try:
+        return parse_node_list(document, f"nodes at {server}")
+    except ConfigError as error:
+        raise DiscoveryError(str(error)) from None
+
+
+def _api_client(discovery: DiscoveryConfig) -> client.ApiClient:
+    """An API client for the configured kubeconfig and context, or the default kubeconfig's current context."""
+    where = f"kubeconfig {discovery.kubeconfig}" if discovery.kubeconfig else "the default kubeconfig"
+    if discovery.context:
+        where += f" (context {discovery.context})"
+    if discovery.kubeconfig and not Path(discovery.kubeconfig).expanduser().is_file():
+        raise DiscoveryError(f"{where} does not exist; set {_KUBECONFIG_KEY} to the path of a kubeconfig file")
+    configuration = client.Configuration()
+    configuration.retries = False  # one attempt, so timeoutSeconds bounds the whole read
+    try:
+        return config.new_client_from_config(
+            config_file=discovery.kubeconfig,
+            context=discovery.context,
+            persist_config=False,
+            client_configuration=configuration,
+        )
+    except (config.ConfigException, OSError, ValueError, yaml.YAMLError) as error:
+        raise DiscoveryError(
+            f"could not load {where}: {_one_line(error)}; "
+            f"set {_KUBECONFIG_KEY} (and context) to a kubeconfig that reaches the cluster"
+        ) from None
+
+
+def _refusal(error: ApiException, server: str) -> str:
+    """Explain an answer that is not a node list: rejected credentials, missing rights, TLS, server errors."""
+    if error.status == 401:
+        return (
+            f"the API server at {server} rejected the kubeconfig's credentials (401 Unauthorized) when listing "
+            "GPU nodes; log in again or refresh the token in the kubeconfig"
+        )
+    if error.status == 403:
+        return (
+            f"the API server at {server} forbids the kubeconfig's user to list nodes (403 Forbidden); "
+            "bind it a ClusterRole with get and list on nodes, or use a context that has one"
+        )
+    if not error.status:
+        return (
+            f"TLS with the API server at {server} failed ({_one_line(error.reason)}); "
+            "check the kubeconfig's certificate-authority data and server name"
+        )
+    return (
+        f"the API server at {server} answered {error.status} {error.reason} when listing GPU nodes; "
+        "retry when the cluster is healthy"
+    )
+
+
+def _connection_failure(error: urllib3.exceptions.HTTPError, server: str, discovery: DiscoveryConfig) -> str:
+    """Explain a request that got no answer: no connection, no answer in time, a dropped connection."""
+    # NewConnectionError subclasses ConnectTimeoutError in urllib3 2, so it is told apart first.
+    if isinstance(error, urllib3.exceptions.NewConnectionError):
+        cause = error.__cause__
+        reason = cause.strerror if isinstance(cause, OSError) and cause.strerror else "no connection"
+        return (
+            f"could not reach the API server at {server} ({reason}); "
+            "check the kubeconfig's server URL and the network path to the cluster (VPN, firewall)"
+        )
+    if isinstance(error, urllib3.exceptions.TimeoutError):
+        return (
+            f"the API server at {server} did not answer within {discovery.timeout_seconds:g}s; "
+            f"check the network path to the cluster, or raise {_TIMEOUT_KEY}"
+        )
+    return (
+        f"the connection to the API server at {server} failed ({_one_line(error)}); "
+        "check the kubeconfig's server URL and the network path to the cluster"
+    )
+
+
+def _one_line(value: object) -> str:
+    return " ".join(str(value).split())

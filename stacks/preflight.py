@@ -1,0 +1,219 @@
+"""Driver image preflight: every precompiled driver image the inventory needs exists in its registry.
+
+Asks each registry with the OCI distribution API (a manifest HEAD), using the anonymous bearer-token flow
+that public registries such as nvcr.io and Docker Hub require, before anything is deployed.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from email.message import Message
+
+from stacks.config import PROJECT, ConfigError
+from stacks.inventory import KernelTarget
+
+MANIFEST_MEDIA_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+)
+_LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+_DOCKER_HUB = "registry-1.docker.io"
+_CHALLENGE_PARAM = re.compile(r'(\w+)="([^"]*)"')
+
+
+class PreflightError(ConfigError):
+    """A driver image is missing, or its registry could not be asked; one line naming the images and the fix."""
+
+
+class RegistryUnreachable(PreflightError):
+    """A registry could not be asked (down, timing out, erroring): the images are unverified, not missing."""
+
+
+@dataclass(frozen=True)
+class ImageReference:
+    """A tagged image split the way the distribution API addresses it."""
+
+    registry: str
+    repository: str
+    tag: str
+
+    @classmethod
+    def parse(cls, image: str) -> ImageReference:
+        """Split `registry/repository:tag`; a name without a registry host is on Docker Hub, as docker reads it."""
+        name, _, tag = image.rpartition(":")
+        if not name or not tag or "/" in tag:
+            raise PreflightError(f"driver image {image!r} has no tag; expected <registry>/<repository>:<tag>")
+        host, _, path = name.partition("/")
+        if path and ("." in host or ":" in host or host == "localhost"):
+            registry = _DOCKER_HUB if host == "docker.io" else host
+            return cls(registry, path, tag)
+        return cls(_DOCKER_HUB, name if path else f"library/{name}", tag)
+
+    @property
+    def manifest_url(self) -> str:
+        return f"{registry_url(self.registry)}/v2/{self.repository}/manifests/{self.tag}"
+
+
+def registry_url(registry: str) -> str:
+    """Base URL of a registry's API: HTTPS, except plain HTTP for a registry on the loopback interface."""
+    scheme = "http" if urllib.parse.urlsplit(f"//{registry}").hostname in _LOOPBACK_HOSTS else "https"
+    return f"{scheme}://{registry}"
+
+
+def check_driver_images(images: Mapping[KernelTarget, str], *, timeout: float = 10.0) -> None:
+    """Check that every driver image exists in its registry; each distinct image is asked once.
+
+    Args:
+        images: the driver image each (os, kernel) needs.
+        timeout: seconds each registry request may take.
+
+    Raises:
+        PreflightError: images are missing (all of them named, with their kernels), or a registry could not be
+            reached or answered with an error.
+    """
+    kernels: dict[str, list[KernelTarget]] = defaultdict(list)
+    for target, image in sorted(images.items()):
+        kernels[image].append(target)
+    registry = _RegistryClient(timeout)
+    missing = []
+    for image, targets in kernels.items():
+        reason = registry.absence(image, ImageReference.parse(image))
+        if reason:
+            missing.append((f"{image} for {_kernels(targets)}", reason))
+    if len(missing) == 1:
+        [(what, reason)] = missing
+        raise PreflightError(
+            f"driver image {what} is not in its registry ({reason}); pick a kernel NVIDIA publishes precompiled "
+            f"drivers for, or push the image to the repository in {PROJECT}:driver.repository"
+        )
+    if missing:
+        named = "; ".join(f"{what} ({reason})" for what, reason in missing)
+        raise PreflightError(
+            f"driver images are not in their registries: {named}; pick kernels NVIDIA publishes precompiled "
+            f"drivers for, or push the images to the repository in {PROJECT}:driver.repository"
+        )
+
+
+def _kernels(targets: list[KernelTarget]) -> str:
+    named = ", ".join(f"{target.kernel} ({target.os})" for target in targets)
+    return f"kernel {named}" if len(targets) == 1 else f"kernels {named}"
+
+
+class _RegistryClient:
+    """Manifest HEADs with anonymous bearer tokens, reused across images of the same repository."""
+
+    def __init__(self, timeout: float):
+        self._timeout = timeout
+        self._opener = urllib.request.build_opener()
+        self._tokens: dict[str, str | None] = {}
+
+    def absence(self, image: str, reference: ImageReference) -> str | None:
+        """None when the image's manifest exists, otherwise why it counts as missing."""
+        status, headers = self._head(image, reference, token=None)
+        if status == 401:
+            challenge = _bearer_challenge(headers.get("WWW-Authenticate", ""))
+            if challenge is not None:
+                token = self._token(image, reference, challenge)
+                if token is None:
+                    return "anonymous pull denied: missing or private"
+                status, headers = self._head(image, reference, token)
+        if 200 <= status < 300:
+            return None
+        if status == 404:
+            return "manifest unknown"
+        if status in (401, 403):
+            return "anonymous pull denied: missing or private"
+        raise RegistryUnreachable(_unreachable(reference.registry, image, f"it answered HTTP {status}"))
+
+    def _head(self, image: str, reference: ImageReference, token: str | None) -> tuple[int, Message]:
+        headers = {"Accept": ", ".join(MANIFEST_MEDIA_TYPES)}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        request = urllib.request.Request(reference.manifest_url, headers=headers, method="HEAD")
+        status, response_headers, _ = self._send(request, reference.registry, image)
+        return status, response_headers
+
+    def _token(self, image: str, reference: ImageReference, challenge: Mapping[str, str]) -> str | None:
+        """An anonymous pull token from the challenge's realm; None when the realm refuses one."""
+        query = {
+            "service": challenge.get("service", ""),
+            "scope": challenge.get("scope") or f"repository:{reference.repository}:pull",
+        }
+        realm = challenge["realm"]
+        separator = "&" if "?" in realm else "?"
+        url = f"{realm}{separator}{urllib.parse.urlencode({k: v for k, v in query.items() if v})}"
+        if url not in self._tokens:
+            self._tokens[url] = self._fetch_token(url, image)
+        return self._tokens[url]
+
+    def _fetch_token(self, url: str, image: str) -> str | None:
+        host = urllib.parse.urlsplit(url).netloc
+        if not _allowed(url):
+            raise RegistryUnreachable(_unreachable(host, image, f"its token realm {url} is not HTTPS"))
+        status, _, body = self._send(urllib.request.Request(url), host, image)
+        if status in (401, 403):
+            return None
+        if status != 200:
+            raise RegistryUnreachable(_unreachable(host, image, f"its token service answered HTTP {status}"))
+        try:
+            answer = json.loads(body)
+        except ValueError:
+            answer = None
+        token = (answer.get("token") or answer.get("access_token")) if isinstance(answer, dict) else None
+        if not isinstance(token, str) or not token:
+            raise RegistryUnreachable(_unreachable(host, image, "its token service answered without a token"))
+        return token
+
+    def _send(self, request: urllib.request.Request, host: str, image: str) -> tuple[int, Message, bytes]:
+        """Status, headers and body of one request; error statuses are answers, not exceptions."""
+        try:
+            with self._opener.open(request, timeout=self._timeout) as response:
+                return response.status, response.headers, response.read()
+        except urllib.error.HTTPError as error:
+            with error:
+                return error.code, error.headers, b""
+        except urllib.error.URLError as error:
+            raise RegistryUnreachable(_unreachable(host, image, _problem(error.reason, self._timeout))) from None
+        except (OSError, http.client.HTTPException) as error:
+            raise RegistryUnreachable(_unreachable(host, image, _problem(error, self._timeout))) from None
+
+
+def _allowed(url: str) -> bool:
+    """HTTPS anywhere; plain HTTP only on the loopback interface (a local registry)."""
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme == "https" or (parts.scheme == "http" and parts.hostname in _LOOPBACK_HOSTS)
+
+
+def _bearer_challenge(header: str) -> dict[str, str] | None:
+    """The parameters of a `Bearer realm="...",service="...",scope="..."` challenge, or None for other schemes."""
+    scheme, _, params = header.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    values = dict(_CHALLENGE_PARAM.findall(params))
+    return values if "realm" in values else None
+
+
+def _problem(reason: object, timeout: float) -> str:
+    if isinstance(reason, TimeoutError):
+        return f"no answer within {timeout:g}s"
+    if isinstance(reason, OSError) and reason.strerror:
+        return reason.strerror
+    return " ".join(str(reason).split()) or type(reason).__name__
+
+
+def _unreachable(host: str, image: str, problem: str) -> str:
+    return (
+        f"registry {host} could not be reached to check driver image {image}: {problem}; "
+        "retry when it answers, or skip the driver image preflight with --offline (gpuctl) "
+        f"or {PROJECT}:preflight false"
+    )

@@ -1,0 +1,232 @@
+"""Driver image preflight against a stand-in OCI registry on 127.0.0.1: present, missing, auth, down."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from stacks.inventory import KernelTarget
+from stacks.preflight import (
+    MANIFEST_MEDIA_TYPES,
+    ImageReference,
+    PreflightError,
+    check_driver_images,
+    registry_url,
+)
+
+OLD = KernelTarget("ubuntu22.04", "6.8.0-1021-aws")
+NEW = KernelTarget("ubuntu22.04", "6.8.0-1024-aws")
+RHCOS = KernelTarget("rhcos4.18", "5.14.0-427.65.1.el9_4.x86_64")
+ISSUED = "anonymous-pull-token"
+
+
+class StandInRegistry:
+    """Answers manifest HEADs like a distribution registry; optionally behind an anonymous bearer-token realm."""
+
+    def __init__(self) -> None:
+        self.manifests: set[str] = set()
+        self.mode = "open"
+        self.heads: list[tuple[str, dict[str, str]]] = []
+        self.token_queries: list[dict[str, list[str]]] = []
+        self.release = threading.Event()
+        registry = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_HEAD(self) -> None:
+                registry.heads.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+                registry.head(self)
+
+            def do_GET(self) -> None:
+                registry.token(self)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.host = f"127.0.0.1:{self.server.server_address[1]}"
+
+    def image(self, target: KernelTarget, *, present: bool) -> str:
+        image = target.driver_image(f"{self.host}/nvidia", "580")
+        if present:
+            reference = ImageReference.parse(image)
+            self.manifests.add(f"/v2/{reference.repository}/manifests/{reference.tag}")
+        return image
+
+    def head(self, request: BaseHTTPRequestHandler) -> None:
+        if self.mode == "hang":
+            self.release.wait(5)
+            return
+        if self.mode == "broken":
+            return self.reply(request, 500)
+        if self.mode in ("auth", "plain-realm") and request.headers.get("Authorization") != f"Bearer {ISSUED}":
+            repository = request.path.removeprefix("/v2/").rpartition("/manifests/")[0]
+            realm = f"http://{self.host}/token" if self.mode == "auth" else "http://auth.registry.example/token"
+            challenge = f'Bearer realm="{realm}",service="stand-in",scope="repository:{repository}:pull"'
+            return self.reply(request, 401, {"WWW-Authenticate": challenge})
+        if request.path in self.manifests:
+            return self.reply(request, 200, {"Content-Type": MANIFEST_MEDIA_TYPES[0],
+                                             "Docker-Content-Digest": "sha256:" + "0" * 64})
+        self.reply(request, 404)
+
+    def token(self, request: BaseHTTPRequestHandler) -> None:
+        url = urlsplit(request.path)
+        if url.path != "/token":
+            return self.reply(request, 404)
+        self.token_queries.append(parse_qs(url.query))
+        body = f'{{"token": "{ISSUED}", "expires_in": 300}}'.encode()
+        request.send_response(200)
+        request.send_header("Content-Type", "application/json")
+        request.send_header("Content-Length", str(len(body)))
+        request.end_headers()
+        request.wfile.write(body)
+
+    @staticmethod
+    def reply(request: BaseHTTPRequestHandler, code: int, headers: dict[str, str] | None = None) -> None:
+        request.send_response(code)
+        for key, value in (headers or {}).items():
+            request.send_header(key, value)
+        request.send_header("Content-Length", "0")
+        request.end_headers()
+
+
+@pytest.fixture
+def registry() -> Iterator[StandInRegistry]:
+    stand_in = StandInRegistry()
+    thread = threading.Thread(target=stand_in.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield stand_in
+    stand_in.release.set()
+    stand_in.server.shutdown()
+    stand_in.server.server_close()
+    thread.join(timeout=5)
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_present_images_pass(registry: StandInRegistry) -> None:
+    images = {OLD: registry.image(OLD, present=True), RHCOS: registry.image(RHCOS, present=True)}
+
+    check_driver_images(images, timeout=1)
+
+    assert sorted(path for path, _ in registry.heads) == [
+        "/v2/nvidia/driver/manifests/580-5.14.0-427.65.1.el9_4.x86_64-rhcos4.18",
+        "/v2/nvidia/driver/manifests/580-6.8.0-1021-aws-ubuntu22.04",
+    ]
+    accepted = registry.heads[0][1]["accept"].split(", ")
+    assert set(accepted) == set(MANIFEST_MEDIA_TYPES)
+
+
+def test_each_distinct_image_is_asked_once(registry: StandInRegistry) -> None:
+    image = registry.image(OLD, present=True)
+
+    check_driver_images({OLD: image, KernelTarget("ubuntu24.04", OLD.kernel): image}, timeout=1)
+
+    assert len(registry.heads) == 1
+
+
+def test_missing_image_names_image_and_kernel(registry: StandInRegistry) -> None:
+    present, missing = registry.image(OLD, present=True), registry.image(NEW, present=False)
+
+    with pytest.raises(PreflightError) as raised:
+        check_driver_images({OLD: present, NEW: missing}, timeout=1)
+
+    message = str(raised.value)
+    assert message.startswith(f"driver image {missing} for kernel 6.8.0-1024-aws (ubuntu22.04) is not in its registry")
+    assert "pick a kernel NVIDIA publishes precompiled drivers for" in message
+    assert present not in message
+    assert "\n" not in message
+
+
+def test_every_missing_image_is_named(registry: StandInRegistry) -> None:
+    images = {target: registry.image(target, present=False) for target in (OLD, NEW, RHCOS)}
+
+    with pytest.raises(PreflightError, match="driver images are not in their registries") as raised:
+        check_driver_images(images, timeout=1)
+
+    assert all(image in str(raised.value) for image in images.values())
+    assert all(target.kernel in str(raised.value) for target in images)
+
+
+def test_anonymous_token_flow(registry: StandInRegistry) -> None:
+    registry.mode = "auth"
+    images = {OLD: registry.image(OLD, present=True), NEW: registry.image(NEW, present=True)}
+
+    check_driver_images(images, timeout=1)
+
+    assert registry.token_queries == [{"service": ["stand-in"], "scope": ["repository:nvidia/driver:pull"]}]
+    authorizations = [headers.get("authorization") for _, headers in registry.heads]
+    assert authorizations.count(f"Bearer {ISSUED}") == 2  # both images, one token for the repository
+
+
+def test_missing_image_behind_token_flow(registry: StandInRegistry) -> None:
+    registry.mode = "auth"
+    missing = registry.image(NEW, present=False)
+
+    with pytest.raises(PreflightError, match=f"driver image {missing} for kernel {NEW.kernel}"):
+        check_driver_images({NEW: missing}, timeout=1)
+
+    assert registry.heads[-1][1]["authorization"] == f"Bearer {ISSUED}"
+
+
+def test_token_realm_must_be_https(registry: StandInRegistry) -> None:
+    registry.mode = "plain-realm"
+
+    with pytest.raises(PreflightError, match="its token realm http://auth.registry.example/token.* is not HTTPS"):
+        check_driver_images({OLD: registry.image(OLD, present=True)}, timeout=1)
+
+    assert not registry.token_queries
+
+
+@pytest.mark.parametrize(("mode", "problem"), [
+    ("broken", "it answered HTTP 500"),
+    ("hang", "no answer within 0.3s"),
+])
+def test_failing_registry(registry: StandInRegistry, mode: str, problem: str) -> None:
+    registry.mode = mode
+    started = time.monotonic()
+
+    with pytest.raises(PreflightError) as raised:
+        check_driver_images({OLD: registry.image(OLD, present=True)}, timeout=0.3)
+
+    message = str(raised.value)
+    assert f"registry {registry.host} could not be reached" in message
+    assert problem in message
+    assert "--offline" in message
+    assert time.monotonic() - started < 2
+
+
+def test_registry_down() -> None:
+    host = f"127.0.0.1:{closed_port()}"
+
+    with pytest.raises(PreflightError, match=rf"registry {host} could not be reached .*refused.*--offline"):
+        check_driver_images({OLD: OLD.driver_image(f"{host}/nvidia", "580")}, timeout=1)
+
+
+@pytest.mark.parametrize(("image", "reference"), [
+    ("nvcr.io/nvidia/driver:580-6.8.0-1021-aws-ubuntu22.04",
+     ImageReference("nvcr.io", "nvidia/driver", "580-6.8.0-1021-aws-ubuntu22.04")),
+    ("localhost:5000/driver:580", ImageReference("localhost:5000", "driver", "580")),
+    ("nvidia/driver:580", ImageReference("registry-1.docker.io", "nvidia/driver", "580")),
+    ("docker.io/library/driver:580", ImageReference("registry-1.docker.io", "library/driver", "580")),
+])
+def test_image_reference(image: str, reference: ImageReference) -> None:
+    assert ImageReference.parse(image) == reference
+
+
+def test_plain_http_only_on_loopback() -> None:
+    assert registry_url("nvcr.io") == "https://nvcr.io"
+    assert registry_url("registry.example.com:5000") == "https://registry.example.com:5000"
+    assert registry_url("127.0.0.1:5000") == "http://127.0.0.1:5000"
+    assert registry_url("localhost:5000") == "http://localhost:5000"
