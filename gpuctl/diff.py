@@ -172,39 +172,29 @@ def _value(value: Any) -> str:
 
 def print_diff(diff: PlanDiff, console: Console) -> None:
     """The human view: changed resources under their components, property changes, and a summary."""
-    changed_ancestors: set[str] = set()
-    for step in diff.steps:
-        parent = step.resource["parent"]
-        while parent in diff.parents:
-            changed_ancestors.add(parent)
-            parent = diff.parents[parent]["parent"]
-    shown: set[str] = set()
 
-    def depth(urn: str | None) -> int:
-        level = 0
+    def ancestors(urn: str | None) -> list[str]:
+        chain = []
         while urn in diff.parents:
-            level, urn = level + 1, diff.parents[urn]["parent"]
-        return level
+            chain.append(urn)
+            urn = diff.parents[urn]["parent"]
+        return chain[::-1]
 
-    def header(urn: str | None) -> None:
-        if urn is None or urn in shown or urn not in diff.parents:
-            return
-        header(diff.parents[urn]["parent"])
-        shown.add(urn)
-        resource = diff.parents[urn]
-        console.print(f"    {'  ' * depth(resource['parent'])}{escape(resource['type'])}  {escape(resource['name'])}",
-                      highlight=False)
-
+    shown: list[str] = []
     for step in diff.steps:
-        header(step.resource["parent"])
-        symbol, colour = SYMBOLS[step.op], COLOURS[step.op]
-        indent = "  " * depth(step.resource["parent"])
+        chain = ancestors(step.resource["parent"])
+        common = next((i for i, (a, b) in enumerate(zip(chain, shown)) if a != b), min(len(chain), len(shown)))
+        for depth, urn in enumerate(chain[common:], start=common):
+            component = diff.parents[urn]
+            console.print(f"    {'  ' * depth}{escape(component['type'])}  {escape(component['name'])}")
+        shown = chain
+        symbol, colour, indent = SYMBOLS[step.op], COLOURS[step.op], "  " * len(chain)
         console.print(f"[{colour}]{symbol:<4}{indent}{escape(step.resource['type'])}  "
-                      f"{escape(step.resource['name'])}  {step.op}[/{colour}]", highlight=False)
+                      f"{escape(step.resource['name'])}  {step.op}[/{colour}]")
         for change in step.changes:
             mark = "+-" if change.path in step.replace_reasons else "~"
             console.print(f"[{colour}]    {indent}    {mark} {escape(change.path)}: {escape(_value(change.old))} => "
-                          f"{escape(_value(change.new))}[/{colour}]", highlight=False)
+                          f"{escape(_value(change.new))}[/{colour}]")
     summary = diff.summary()
     console.print("Resources:")
     for op, verb in (("create", "to create"), ("update", "to update"), ("replace", "to replace"),

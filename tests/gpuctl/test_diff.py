@@ -1,0 +1,121 @@
+"""gpuctl diff: steps, replacement rules, the human view and the JSON contract, on real renders."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gpuctl.diff import diff_plans, refuse_driver_removal
+from gpuctl.render import write_render
+from stacks.config import ConfigError
+from stacks.inventory import KernelTarget, ObservedNode
+from tests.conftest import ROOT, stack_config
+
+
+def named(plan: dict, name: str) -> dict:
+    return next(resource for resource in plan["resources"] if resource["name"] == name)
+
+
+def test_identical_renders_have_no_steps(dev_plan):
+    diff = diff_plans(dev_plan.document, copy.deepcopy(dev_plan.document))
+    assert diff.steps == [] and diff.same == len(dev_plan.resources)
+
+
+def test_in_place_change_is_an_update_with_the_changed_path(dev_plan):
+    new = copy.deepcopy(dev_plan.document)
+    named(new, "monitoring-service")["inputs"]["spec"]["ports"][0]["port"] = 9401
+    [step] = diff_plans(dev_plan.document, new).steps
+    assert step.op == "update"
+    assert [(c.path, c.old, c.new) for c in step.changes] == [("spec.ports[0].port", 9400, 9401)]
+
+
+@pytest.mark.parametrize(("name", "path", "value"), [
+    ("monitoring-service", ("metadata", "name"), "renamed"),
+    ("monitoring-service", ("metadata", "namespace"), "elsewhere"),
+    ("monitoring-dcgm-exporter", ("spec", "selector", "matchLabels", "app.kubernetes.io/name"), "other"),
+    ("device-plugin-runtime-class", ("handler",), "runc"),
+])
+def test_forced_new_fields_replace(dev_plan, name, path, value):
+    new = copy.deepcopy(dev_plan.document)
+    target = named(new, name)["inputs"]
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    [step] = diff_plans(dev_plan.document, new).steps
+    assert step.op == "replace"
+    assert step.replace_reasons == [".".join(path)]
+
+
+def test_replace_on_changes_option_forces_replacement(dev_plan):
+    new = copy.deepcopy(dev_plan.document)
+    job = named(new, "device-plugin-validation")
+    assert job["options"]["replaceOnChanges"] == ["spec"]
+    job["inputs"]["spec"]["backoffLimit"] = 1
+    [step] = diff_plans(dev_plan.document, new).steps
+    assert (step.op, step.replace_reasons) == ("replace", ["spec.backoffLimit"])
+
+
+def test_ignore_changes_hides_the_path(dev_plan):
+    old, new = copy.deepcopy(dev_plan.document), copy.deepcopy(dev_plan.document)
+    for plan in (old, new):
+        named(plan, "pool-t4-inference")["options"]["ignoreChanges"] = ["spec.replicas"]
+    named(new, "pool-t4-inference")["inputs"]["spec"]["replicas"] = 9
+    assert diff_plans(old, new).steps == []
+
+
+def test_refuses_to_delete_a_driver_that_nodes_still_run(render, dev_plan):
+    config = stack_config("dev")
+    kernel = config["gpu-platform:nodePools"][0]["kernel"]
+    config["gpu-platform:nodePools"][0]["kernel"] = "5.14.0-427.55.1.el9_4.x86_64"
+    diff = diff_plans(dev_plan.document, render("dev", config).document)
+    refuse_driver_removal(diff, [ObservedNode("gpu-x", KernelTarget("rhcos4.16", "5.14.0-427.99.1.el9_4.x86_64"))])
+    with pytest.raises(ConfigError, match=r"refused: .*nodes still run: gpu-a, gpu-b"):
+        refuse_driver_removal(diff, [ObservedNode(name, KernelTarget("rhcos4.16", kernel)) for name in ("gpu-b", "gpu-a")])
+
+
+@pytest.fixture(scope="module")
+def rendered_pair(tmp_path_factory):
+    from tests.conftest import render_stack
+
+    base = tmp_path_factory.mktemp("diff")
+    write_render(render_stack("prod").document, base / "old")
+    config = stack_config("prod")
+    config["gpu-platform:nodePools"][0]["replicas"] = 9
+    config["gpu-platform:tenants"].append({"name": "speech", "gpus": 0})
+    write_render(render_stack("prod", config).document, base / "new")
+    return base
+
+
+def gpuctl(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpuctl", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def test_cli_json_mirrors_pulumi_preview(rendered_pair):
+    result = gpuctl("diff", str(rendered_pair / "old"), str(rendered_pair / "new"), "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert set(document) == {"steps", "changeSummary"}
+    assert set(document["changeSummary"]) == {"create", "update", "replace", "delete", "same"}
+    update = next(step for step in document["steps"] if step["op"] == "update")
+    assert update == {"op": "update", "urn": update["urn"], "type": "aws:autoscaling/group:Group",
+                      "name": "pool-l4-inference-asg", "diffs": ["desiredCapacity"], "replaceReasons": []}
+    assert document["changeSummary"]["update"] == 1 and document["changeSummary"]["create"] > 1
+
+
+def test_cli_human_view_is_plain_text_in_a_pipe(rendered_pair):
+    result = gpuctl("diff", str(rendered_pair / "old"), str(rendered_pair / "new"))
+    assert result.returncode == 0, result.stderr
+    assert "\x1b[" not in result.stdout
+    assert "~ desiredCapacity: 8 => 9" in result.stdout
+    assert "+   " in result.stdout and "Resources:" in result.stdout
+    assert result.stdout.rstrip().endswith("unchanged")
+
+
+def test_cli_missing_plan_is_bad_input(tmp_path):
+    result = gpuctl("diff", str(tmp_path), str(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error:") and "plan.json" in result.stderr
