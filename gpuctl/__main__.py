@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from gpuctl import diff, preview, render
+from gpuctl import check, diff, preview, render
 from gpuctl.cli import BAD_INPUT, Parser
 from stacks.config import ConfigError
 
-COMMANDS = [render, diff, preview]
+COMMANDS = [render, check, diff, preview]
 
 
 def main(argv: list[str] | None = None) -> int:

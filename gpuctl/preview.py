@@ -7,9 +7,11 @@ import json
 import subprocess
 import sys
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from gpuctl import check
 from gpuctl import diff as plan_diff
 from gpuctl.cli import OK, ROOT, VIOLATION, add_stack_arguments, observed_nodes, stack_file
 from gpuctl.render import preflight, render_plan
@@ -57,15 +59,20 @@ def run(args: argparse.Namespace) -> int:
         {"project": PROJECT, "stack": args.stack, "resources": [], "outputs": {}}
     changes = plan_diff.diff_plans(old, new)
     plan_diff.refuse_driver_removal(changes, observed or [])
+    violations = check.check_plan(new, check.read_policy_config(args.policy_config))
+    outcome = VIOLATION if check.has_mandatory(violations) else OK
     if args.json:
-        print(json.dumps({**changes.to_json(), "preflight": checked}, indent=2))
-        return OK
+        print(json.dumps({**changes.to_json(), "policyViolations": [asdict(v) for v in violations],
+                          "preflight": checked}, indent=2))
+        return outcome
     console = plan_diff.console()
     base = f"against {args.base}" if args.base else "as a new deployment"
     console.print(f"Previewing stack {args.stack} {base}:")
     plan_diff.print_diff(changes, console)
+    console.print("Policies:")
+    check.print_report(violations, len(new["resources"]), console)
     console.print(f"Driver image preflight: {checked}")
-    return OK
+    return outcome
 
 
 def register(commands) -> None:
@@ -74,4 +81,5 @@ def register(commands) -> None:
     parser.add_argument("--base", metavar="GIT_REF", help="diff against the stack as it is at this ref")
     parser.add_argument("--json", action="store_true", help="as `pulumi preview --json`")
     parser.add_argument("--offline", action="store_true", help="skip the registry preflight and live discovery")
+    parser.add_argument("--policy-config", metavar="FILE", help="policy pack config (JSON), as for `gpuctl check`")
     parser.set_defaults(run=run)

@@ -1,0 +1,235 @@
+"""`gpuctl check DIR`: the policy pack's own policy objects, run on a rendered plan as the engine would run them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from pulumi_policy import (
+    EnforcementLevel,
+    PolicyCustomTimeouts,
+    PolicyResource,
+    PolicyResourceOptions,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, UnknownValueError, unknown_checking_proxy
+from rich.console import Console
+from rich.text import Text
+
+from gpuctl.cli import OK, VIOLATION
+from gpuctl.runtime import UNKNOWN
+from policy.rules import POLICIES
+from stacks.config import ConfigError
+
+REPORTED_LEVELS = (EnforcementLevel.MANDATORY, EnforcementLevel.ADVISORY)
+STYLES = {EnforcementLevel.MANDATORY.value: "bold red", EnforcementLevel.ADVISORY.value: "bold yellow"}
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One policy violation; `urn` and `name` are None when it concerns the stack as a whole."""
+
+    policy: str
+    level: str
+    urn: str | None
+    name: str | None
+    message: str
+
+
+@dataclass(frozen=True)
+class _Setting:
+    """A policy's enforcement level and config properties for one run."""
+
+    level: EnforcementLevel
+    config: dict[str, Any]
+
+
+def policy_settings(config: Mapping[str, Any]) -> dict[str, _Setting]:
+    """Each policy's enforcement level and properties under a pack config, in `--policy-pack-config` form:
+    `{"all": LEVEL, "<policy>": LEVEL | {"enforcementLevel": LEVEL, "<property>": value}}`."""
+    if not isinstance(config, Mapping):
+        raise ConfigError("policy config: must be a JSON object keyed by policy name")
+    known = {policy.name for policy in POLICIES}
+    unknown = sorted(set(config) - known - {"all"})
+    if unknown:
+        raise ConfigError(f"policy config: {unknown[0]!r} is not a policy of the pack; "
+                          f"known: {', '.join(sorted(known))}")
+    default_level, extra = _entry("all", config.get("all", {}))
+    if extra:
+        raise ConfigError(f"policy config: all: takes only an enforcementLevel, not {', '.join(sorted(extra))}")
+    settings = {}
+    for policy in POLICIES:
+        level, properties = _entry(policy.name, config.get(policy.name, {}))
+        schema = policy.config_schema
+        try:
+            jsonschema.validate(properties, {"type": "object", "additionalProperties": False,
+                                             "properties": schema.properties if schema else {},
+                                             "required": (schema.required or []) if schema else []})
+        except jsonschema.ValidationError as error:
+            where = ".".join(str(part) for part in error.absolute_path)
+            raise ConfigError(f"policy config: {policy.name}{'.' + where if where else ''}: {error.message}") from None
+        level = level or default_level or policy.enforcement_level or EnforcementLevel.ADVISORY  # the SDK's default
+        settings[policy.name] = _Setting(level, properties)
+    return settings
+
+
+def _entry(name: str, value: Any) -> tuple[EnforcementLevel | None, dict[str, Any]]:
+    """(enforcement level, properties) of one config entry."""
+    if isinstance(value, str):
+        value = {"enforcementLevel": value}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"policy config: {name}: must be an enforcement level or an object")
+    properties = dict(value)
+    level = properties.pop("enforcementLevel", None)
+    if level is None:
+        return None, properties
+    try:
+        return EnforcementLevel(level), properties
+    except ValueError:
+        levels = ", ".join(level.value for level in EnforcementLevel)
+        raise ConfigError(f"policy config: {name}: enforcementLevel {level!r} is not one of {levels}") from None
+
+
+def _with_unknowns(value: Any) -> Any:
+    """The plan's "[unknown]" markers as the SDK's unknown sentinel, so policies see them as during a preview."""
+    if value == UNKNOWN:
+        return UNKNOWN_STRING_VALUE
+    if isinstance(value, dict):
+        return {key: _with_unknowns(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_with_unknowns(item) for item in value]
+    return value
+
+
+def policy_resources(plan: Mapping[str, Any]) -> list[PolicyResource]:
+    """The plan's resources as the engine hands them to stack policies: linked parents and dependencies."""
+    try:
+        records = list(plan["resources"])
+        resources = {}
+        for record in records:
+            options = record.get("options", {})
+            opts = PolicyResourceOptions(
+                protect=bool(options.get("protect")), ignore_changes=list(options.get("ignoreChanges", [])),
+                delete_before_replace=options.get("deleteBeforeReplace"), aliases=[],
+                custom_timeouts=PolicyCustomTimeouts(0, 0, 0), additional_secret_outputs=[], parent=record["parent"])
+            props = unknown_checking_proxy(_with_unknowns(dict(record["inputs"])))
+            resources[record["urn"]] = PolicyResource(record["type"], props, record["urn"], record["name"], opts,
+                                                      None, None, [], {})
+        for record in records:
+            resource = resources[record["urn"]]
+            resource.parent = resources.get(record["parent"])
+            resource.dependencies = [resources[urn] for urn in record["dependencies"] if urn in resources]
+    except (KeyError, TypeError, ValueError) as error:
+        raise ConfigError(f"plan.json: not a rendered plan ({type(error).__name__}: {error}); "
+                          "render it with `python -m gpuctl render`") from None
+    return list(resources.values())
+
+
+def check_plan(plan: Mapping[str, Any], config: Mapping[str, Any] | None = None) -> list[Violation]:
+    """Run every enabled policy of the pack on a rendered plan, as the engine runs it on a preview."""
+    settings = policy_settings(config or {})
+    resources = policy_resources(plan)
+    names = {resource.urn: resource.name for resource in resources}
+    violations: list[Violation] = []
+
+    def validate(policy: ResourceValidationPolicy | StackValidationPolicy,
+            args: ResourceValidationArgs | StackValidationArgs, level: EnforcementLevel, urn: str | None) -> None:
+        def report(message: str, reported_urn: str | None = None) -> None:
+            where = urn or reported_urn or None  # a resource policy's violation is always its resource's
+            violations.append(Violation(policy.name, level.value, where, names.get(where or ""), message))
+
+        try:
+            policy.validate(args, report)
+        except UnknownValueError as error:  # as the engine does: an advisory note, not a verdict
+            violations.append(Violation(policy.name, EnforcementLevel.ADVISORY.value, urn, names.get(urn or ""),
+                                        f"cannot be checked on this plan: {error.message}"))
+
+    for policy in POLICIES:
+        setting = settings[policy.name]
+        if setting.level == EnforcementLevel.DISABLED:
+            continue
+        level = EnforcementLevel.MANDATORY if setting.level == EnforcementLevel.REMEDIATE else setting.level
+        if isinstance(policy, ResourceValidationPolicy):
+            for resource in resources:
+                validate(policy, ResourceValidationArgs(resource.resource_type, resource.props, resource.urn,
+                                                   resource.name, resource.opts, None, dict(setting.config)),
+                    level, resource.urn)
+        else:
+            validate(policy, StackValidationArgs(resources, dict(setting.config)), level, None)
+    return violations
+
+
+def level_counts(violations: list[Violation]) -> dict[str, int]:
+    """Violations per reported enforcement level."""
+    return {level.value: sum(v.level == level.value for v in violations) for level in REPORTED_LEVELS}
+
+
+def print_report(violations: list[Violation], resources: int, console: Console) -> None:
+    """`policy  resource  message` lines, grouped by enforcement level, then a one-line summary."""
+    for level in REPORTED_LEVELS:
+        group = [v for v in violations if v.level == level.value]
+        if not group:
+            continue
+        console.print(Text(f"{level.value} ({len(group)})", style=STYLES[level.value]))
+        for violation in group:
+            console.print(Text.assemble((violation.policy, "bold"), "  ", (violation.name or "(stack)", "cyan"),
+                                        "  ", violation.message), soft_wrap=True)
+    if violations:
+        console.print(", ".join(f"{count} {level}" for level, count in level_counts(violations).items())
+                      + " violation(s)")
+    else:
+        console.print(f"{len(POLICIES)} policies passed on {resources} resources")
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file; {what}") from None
+    except OSError as error:
+        raise ConfigError(f"{path}: {error.strerror}") from None
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{path}: not JSON ({error.msg} at line {error.lineno})") from None
+
+
+def read_policy_config(path: str | None) -> Any:
+    """The policy pack config file (JSON, as `--policy-pack-config` takes), or None when not given."""
+    return _read_json(Path(path), "pass a policy pack config file") if path else None
+
+
+def has_mandatory(violations: list[Violation]) -> bool:
+    return any(v.level == EnforcementLevel.MANDATORY.value for v in violations)
+
+
+def run(args: argparse.Namespace) -> int:
+    directory = Path(args.dir)
+    if not directory.is_dir():
+        raise ConfigError(f"{directory}: no such directory; render one with `python -m gpuctl render --stack NAME "
+                          f"--out {directory}`")
+    plan = _read_json(directory / "plan.json", f"render the stack into {directory} first")
+    if not isinstance(plan, dict):
+        raise ConfigError(f"{directory / 'plan.json'}: not a rendered plan; render it with `python -m gpuctl render`")
+    violations = check_plan(plan, read_policy_config(args.policy_config))
+    if args.json:
+        print(json.dumps({"stack": plan.get("stack"), "violations": [asdict(v) for v in violations],
+                          **level_counts(violations)}, indent=2))
+    else:
+        print_report(violations, len(plan["resources"]), Console(highlight=False))
+    return VIOLATION if has_mandatory(violations) else OK
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("check", help="run the policy pack on a rendered DIR/plan.json")
+    parser.add_argument("dir", metavar="DIR", help="a directory written by `gpuctl render`")
+    parser.add_argument("--json", action="store_true", help="violations as JSON")
+    parser.add_argument("--policy-config", metavar="FILE",
+                        help="policy pack config (JSON, as for `pulumi preview --policy-pack-config`)")
+    parser.set_defaults(run=run)

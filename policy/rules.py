@@ -1,0 +1,473 @@
+"""The platform's policies as CrossGuard objects, shared by the pack (`policy/__main__.py`) and `gpuctl check`.
+
+Importing this module only defines the policies; constructing a `PolicyPack` is what starts a server, and
+only `policy/__main__.py` does that. Policies read resource properties through the mappings and sequences
+pulumi-policy hands them, so a value that is unknown during preview surfaces as the SDK's own error.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from pulumi_policy import (
+    EnforcementLevel,
+    PolicyConfigSchema,
+    PolicyResource,
+    ReportViolation,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+
+from components import labels
+from components.driver import TARGET_LABEL
+from components.tenant_quota import SYSTEM_PRIORITY_CLASSES
+
+DEFAULT_OVERCOMMIT = 1.0
+DEFAULT_REGISTRIES = ("nvcr.io", "registry.k8s.io")
+SYSTEM_NAMESPACES = (labels.GPU_SYSTEM_NAMESPACE, labels.NFD_NAMESPACE)
+POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
+TENANT_POD_SECURITY = ("baseline", "restricted")
+CLUSTER_ADMIN = "cluster-admin"
+GPU_TAINT_TEXT = f"{labels.GPU_TAINT['key']}:{labels.GPU_TAINT['effect']}"
+
+POOL_COMPONENT = "gpu-platform:index:GpuNodePool"
+MACHINE_SET = "kubernetes:machine.openshift.io/v1beta1:MachineSet"
+AUTO_SCALING_GROUP = "aws:autoscaling/group:Group"
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+
+# Where each workload kind keeps the pod spec it runs.
+_TEMPLATE = ("spec", "template", "spec")
+POD_SPEC_PATHS = {
+    "Pod": ("spec",),
+    "DaemonSet": _TEMPLATE,
+    "Deployment": _TEMPLATE,
+    "StatefulSet": _TEMPLATE,
+    "ReplicaSet": _TEMPLATE,
+    "Job": _TEMPLATE,
+    "CronJob": ("spec", "jobTemplate", *_TEMPLATE),
+}
+_REGISTER_TAINTS = re.compile(r"--register-with-taints[= ]['\"]?([^\s'\"]+)")
+
+
+# Reading resources ------------------------------------------------------------------------------------------
+
+
+def dig(value: Any, *path: str) -> Any:
+    """The value at `path` inside nested mappings, or None where a step is missing."""
+    for key in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
+def items(value: Any) -> Sequence[Any]:
+    """A list property as a sequence; empty when it is absent."""
+    return value if isinstance(value, Sequence) and not isinstance(value, str) else ()
+
+
+def kind(resource_type: str) -> str:
+    """The Kubernetes kind of a `kubernetes:<group/version>:<Kind>` type, or '' for other providers."""
+    return resource_type.rsplit(":", 1)[-1] if resource_type.startswith("kubernetes:") else ""
+
+
+def describe(resource_type: str, props: Mapping[str, Any]) -> str:
+    """`Kind namespace/name` of a Kubernetes object, for messages."""
+    namespace, name = dig(props, "metadata", "namespace"), dig(props, "metadata", "name")
+    return f"{kind(resource_type)} {namespace}/{name}" if namespace else f"{kind(resource_type)} {name}"
+
+
+def pod_spec(resource_type: str, props: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod spec a workload runs: a Pod's own spec or its controller's pod template; None for other kinds."""
+    path = POD_SPEC_PATHS.get(kind(resource_type))
+    spec = dig(props, *path) if path else None
+    return spec if isinstance(spec, Mapping) else None
+
+
+def containers(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Init, regular and ephemeral containers of a pod spec."""
+    return [c for key in ("initContainers", "containers", "ephemeralContainers") for c in items(spec.get(key))]
+
+
+def whole(value: Any) -> int | None:
+    """A whole-number quantity ("4", 4), or None when it is not one."""
+    try:
+        return int(str(value))
+    except ValueError:
+        return None
+
+
+def image_parts(image: str) -> tuple[str, str, str | None, str | None]:
+    """(registry, repository, tag, digest) of an image reference, Docker Hub short names expanded."""
+    name, _, digest = image.partition("@")
+    head, slash, rest = name.partition("/")
+    if not slash or not ("." in head or ":" in head or head == "localhost"):
+        head, rest = "docker.io", name if slash else f"library/{name}"
+    path, _, tag = rest.partition(":")
+    return head, f"{head}/{path}", tag or None, digest or None
+
+
+def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, str]) -> bool:
+    """Kubernetes' toleration matching, for a taint without a value."""
+    if toleration.get("effect") and toleration.get("effect") != taint["effect"]:
+        return False
+    key = toleration.get("key")
+    if toleration.get("operator", "Equal") == "Exists":
+        return not key or key == taint["key"]
+    return key == taint["key"] and not toleration.get("value")
+
+
+def requests_gpus(spec: Mapping[str, Any]) -> bool:
+    """Whether any container of a pod spec asks for the GPU extended resource."""
+    return any(whole(dig(c, "resources", section, labels.GPU_RESOURCE)) not in (None, 0)
+               for c in containers(spec) for section in ("limits", "requests"))
+
+
+def tenant_namespaces(resources: Iterable[PolicyResource]) -> dict[str, PolicyResource]:
+    """Namespaces labelled as a tenant's, by name."""
+    return {dig(r.props, "metadata", "name"): r for r in resources
+            if kind(r.resource_type) == "Namespace" and dig(r.props, "metadata", "labels", labels.TENANT_LABEL)}
+
+
+def quotas(resources: Iterable[PolicyResource], namespace: str) -> list[Mapping[str, Any]]:
+    """The ResourceQuotas of a namespace."""
+    return [r.props for r in resources
+            if kind(r.resource_type) == "ResourceQuota" and dig(r.props, "metadata", "namespace") == namespace]
+
+
+def gpu_quota(quota: Mapping[str, Any]) -> Any:
+    """The GPU cap of an unscoped quota (it counts every pod of the namespace), or None."""
+    if dig(quota, "spec", "scopes") or dig(quota, "spec", "scopeSelector"):
+        return None
+    return dig(quota, "spec", "hard", labels.GPU_QUOTA_KEY)
+
+
+def tenant_gpu_quotas(resources: Sequence[PolicyResource]) -> dict[str, int]:
+    """Each tenant's GPU quota (the tightest whole-number one), for tenants that have one."""
+    result = {}
+    for namespace in tenant_namespaces(resources):
+        caps = [whole(gpu_quota(q)) for q in quotas(resources, namespace)]
+        caps = [cap for cap in caps if cap is not None]
+        if caps:
+            result[namespace] = min(caps)
+    return result
+
+
+def asg_tags(props: Mapping[str, Any]) -> dict[str, str]:
+    """An Auto Scaling Group's tags as a mapping."""
+    return {tag.get("key"): str(tag.get("value")) for tag in items(props.get("tags"))}
+
+
+def gpus_per_node(pool: PolicyResource) -> int:
+    """GPUs one node of a pool advertises to the cluster autoscaler (0 when the pool does not say)."""
+    if pool.resource_type == MACHINE_SET:
+        count = dig(pool.props, "metadata", "annotations", labels.MACHINESET_CAPACITY_ANNOTATIONS["gpu"])
+    else:
+        count = asg_tags(pool.props).get(labels.CA_RESOURCE_TAG.format(resource=labels.GPU_RESOURCE))
+    return whole(count) or 0
+
+
+def gpu_pools(resources: Iterable[PolicyResource]) -> list[PolicyResource]:
+    """MachineSets and Auto Scaling Groups that are GPU pools: children of a GpuNodePool, or advertising GPUs."""
+    return [r for r in resources if r.resource_type in (MACHINE_SET, AUTO_SCALING_GROUP)
+            and ((r.parent is not None and r.parent.resource_type == POOL_COMPONENT) or gpus_per_node(r) > 0)]
+
+
+def pool_capacity(pool: PolicyResource) -> int:
+    """GPUs a pool holds at its configured size."""
+    if pool.resource_type == MACHINE_SET:
+        nodes = dig(pool.props, "spec", "replicas")
+    else:
+        nodes = pool.props.get("desiredCapacity", pool.props.get("minSize"))
+    return (whole(nodes) or 0) * gpus_per_node(pool)
+
+
+def registers_gpu_taint(template: PolicyResource) -> bool:
+    """Whether a launch template's user data makes the kubelet register the GPU taint."""
+    try:
+        script = base64.b64decode(str(template.props.get("userData") or ""), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return False
+    for flag in _REGISTER_TAINTS.findall(script):
+        for taint in flag.split(","):
+            key_value, _, effect = taint.rpartition(":")
+            if key_value.partition("=")[0] == labels.GPU_TAINT["key"] and effect == labels.GPU_TAINT["effect"]:
+                return True
+    return False
+
+
+# Policies ---------------------------------------------------------------------------------------------------
+
+
+def _pools_tainted(args: StackValidationArgs, report: ReportViolation) -> None:
+    key, effect = labels.GPU_TAINT["key"], labels.GPU_TAINT["effect"]
+    for pool in gpu_pools(args.resources):
+        if pool.resource_type == MACHINE_SET:
+            taints = items(dig(pool.props, "spec", "template", "spec", "taints"))
+            if not any(t.get("key") == key and t.get("effect") == effect for t in taints):
+                report(f"{describe(pool.resource_type, pool.props)} does not taint its nodes {GPU_TAINT_TEXT}, so "
+                       f"CPU pods can fill them; add {{key: {key}, effect: {effect}}} to spec.template.spec.taints",
+                       pool.urn)
+            continue
+        missing = []
+        tag = labels.CA_TAINT_TAG.format(key=key)
+        if not asg_tags(pool.props).get(tag, "").endswith(f":{effect}"):
+            missing.append(f"the tag {tag}=:{effect} (the autoscaler's template node when scaling from zero)")
+        if not any(registers_gpu_taint(d) for d in pool.dependencies if d.resource_type == LAUNCH_TEMPLATE):
+            missing.append("a launch template whose user data starts the kubelet with "
+                           f"--register-with-taints={GPU_TAINT_TEXT}")
+        if missing:
+            report(f"Auto Scaling Group {pool.props.get('name') or pool.name} lacks {' and '.join(missing)}, so its "
+                   f"nodes are not tainted {GPU_TAINT_TEXT} and CPU pods can fill them; add "
+                   f"{'both' if len(missing) > 1 else 'it'}", pool.urn)
+
+
+def _tenant_gpu_quota(args: StackValidationArgs, report: ReportViolation) -> None:
+    for namespace, resource in tenant_namespaces(args.resources).items():
+        caps = [cap for cap in (gpu_quota(q) for q in quotas(args.resources, namespace)) if cap is not None]
+        if not caps:
+            report(f"tenant namespace {namespace} has no ResourceQuota on {labels.GPU_QUOTA_KEY}, so its pods can "
+                   f"take every GPU; add an unscoped ResourceQuota with spec.hard {labels.GPU_QUOTA_KEY}: \"<gpus>\"",
+                   resource.urn)
+        elif any(whole(cap) is None for cap in caps):
+            report(f"tenant namespace {namespace} caps {labels.GPU_QUOTA_KEY} at {', '.join(map(str, caps))}; "
+                   "use a whole number of GPUs", resource.urn)
+
+
+def _quota_within_capacity(args: StackValidationArgs, report: ReportViolation) -> None:
+    ratio = float(args.get_config().get("maxOvercommit", DEFAULT_OVERCOMMIT))
+    promised = tenant_gpu_quotas(args.resources)
+    total = sum(promised.values())
+    capacity = sum(pool_capacity(pool) for pool in gpu_pools(args.resources))
+    if total > capacity * ratio:
+        tenants = ", ".join(f"{name} {gpus}" for name, gpus in sorted(promised.items()))
+        report(f"tenant GPU quotas add up to {total} GPUs ({tenants}) but the GPU pools hold {capacity}; with "
+               f"maxOvercommit {ratio:g} at most {capacity * ratio:g} may be promised. Lower the tenants' GPUs, add "
+               "pool replicas, or raise maxOvercommit in the pack config", None)
+
+
+def _gpu_pods_tolerate_taint(args: StackValidationArgs, report: ReportViolation) -> None:
+    runtime_classes = {dig(r.props, "metadata", "name"): r.props for r in args.resources
+                       if kind(r.resource_type) == "RuntimeClass"}
+    for resource in args.resources:
+        spec = pod_spec(resource.resource_type, resource.props)
+        if spec is None or not requests_gpus(spec):
+            continue
+        runtime_class = spec.get("runtimeClassName")
+        tolerations = [*items(spec.get("tolerations")),
+                       *items(dig(runtime_classes.get(runtime_class), "scheduling", "tolerations"))]
+        if not any(tolerates(t, labels.GPU_TAINT) for t in tolerations):
+            via = (f"nor does RuntimeClass {runtime_class} add it" if runtime_class in runtime_classes else
+                   f"and RuntimeClass {runtime_class} is not in this stack" if runtime_class else
+                   "and it sets no runtimeClassName")
+            report(f"{describe(resource.resource_type, resource.props)} requests {labels.GPU_RESOURCE} but does not "
+                   f"tolerate the taint {GPU_TAINT_TEXT} ({via}), so it stays Pending; add the toleration "
+                   f"{{key: {labels.GPU_RESOURCE}, operator: Exists, effect: NoSchedule}} or a RuntimeClass that "
+                   "adds it", resource.urn)
+
+
+def _driver_pinned_to_kernel(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if kind(args.resource_type) != "DaemonSet" or not dig(args.props, "metadata", "labels", TARGET_LABEL):
+        return
+    spec = pod_spec(args.resource_type, args.props) or {}
+    name = describe(args.resource_type, args.props)
+    kernel = dig(spec, "nodeSelector", labels.KERNEL_LABEL)
+    if not kernel:
+        report(f"driver {name} is not pinned to a kernel; set nodeSelector {labels.KERNEL_LABEL}: <kernel> so "
+               "each node runs the driver built for the kernel it boots", None)
+        return
+    images = [str(c.get("image")) for c in items(spec.get("containers"))]
+    pattern = re.compile(rf"(^|-){re.escape(kernel)}(-|$)")
+    if not any(pattern.search(image_parts(image)[2] or "") for image in images):
+        report(f"driver {name} runs on kernel {kernel} but its image ({', '.join(images)}) is not built for it; "
+               f"use the precompiled tag <branch>-{kernel}-<os>", None)
+
+
+def _no_latest_images(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    for container in containers(pod_spec(args.resource_type, args.props) or {}):
+        image = str(container.get("image"))
+        _, _, tag, digest = image_parts(image)
+        if tag == "latest" or not (tag or digest):
+            why = "the :latest tag" if tag == "latest" else "no tag"
+            report(f"container {container.get('name')} of {describe(args.resource_type, args.props)} runs {image} "
+                   f"with {why}, which changes under a running cluster; pin a version tag or an @sha256 digest", None)
+
+
+def _allowed_registries(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    allowed = [str(entry).rstrip("/") for entry in args.get_config().get("allowedRegistries", DEFAULT_REGISTRIES)]
+    for container in containers(pod_spec(args.resource_type, args.props) or {}):
+        image = str(container.get("image"))
+        registry, repository, _, _ = image_parts(image)
+        if not any(registry == entry or repository.startswith(f"{entry}/") for entry in allowed):
+            report(f"container {container.get('name')} of {describe(args.resource_type, args.props)} pulls {image} "
+                   f"from {registry}, which is not allowed ({', '.join(allowed)}); mirror the image into an allowed "
+                   "registry or add the registry to allowedRegistries in the pack config", None)
+
+
+def _host_access_in_system_namespaces(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    spec = pod_spec(args.resource_type, args.props)
+    namespace = dig(args.props, "metadata", "namespace") or "default"
+    if spec is None or namespace in SYSTEM_NAMESPACES:
+        return
+    uses = [field for field in ("hostPID", "hostIPC", "hostNetwork") if spec.get(field)]
+    uses += [f"privileged container {c.get('name')}" for c in containers(spec)
+             if dig(c, "securityContext", "privileged")]
+    uses += [f"hostPath volume {v.get('name')}" for v in items(spec.get("volumes")) if v.get("hostPath")]
+    if uses:
+        report(f"{describe(args.resource_type, args.props)} uses {', '.join(uses)}; only the GPU node agents in "
+               f"{' or '.join(SYSTEM_NAMESPACES)} may reach into the host. Drop them, or run the agent in "
+               f"{labels.GPU_SYSTEM_NAMESPACE}", None)
+
+
+def _tenant_pod_security(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if kind(args.resource_type) != "Namespace" or not dig(args.props, "metadata", "labels", labels.TENANT_LABEL):
+        return
+    level = dig(args.props, "metadata", "labels", POD_SECURITY_ENFORCE)
+    if level not in TENANT_POD_SECURITY:
+        report(f"tenant namespace {dig(args.props, 'metadata', 'name')} enforces pod security "
+               f"{level or 'not at all'}; label it {POD_SECURITY_ENFORCE}: baseline (or restricted) so tenant pods "
+               "cannot run privileged or reach into the node", None)
+
+
+def _excessive_grant(role_ref: Mapping[str, Any], namespace: str | None,
+                     roles: Mapping[tuple[str, str | None, str], Mapping[str, Any]]) -> str | None:
+    """What is wrong with the role a binding grants: cluster-admin, or a role in the stack with '*' rules."""
+    ref_kind, name = role_ref.get("kind"), role_ref.get("name")
+    if ref_kind == "ClusterRole" and name == CLUSTER_ADMIN:
+        return CLUSTER_ADMIN
+    role = roles.get((ref_kind, namespace if ref_kind == "Role" else None, name))
+    if role is not None and any("*" in items(rule.get("verbs")) or "*" in items(rule.get("resources"))
+                                for rule in items(role.get("rules"))):
+        return f"{ref_kind} {name}, whose rules use '*'"
+    return None
+
+
+def _tenant_rbac(args: StackValidationArgs, report: ReportViolation) -> None:
+    tenants = tenant_namespaces(args.resources)
+    roles = {(kind(r.resource_type), dig(r.props, "metadata", "namespace"), dig(r.props, "metadata", "name")): r.props
+             for r in args.resources if kind(r.resource_type) in ("Role", "ClusterRole")}
+    tenant_groups = set()
+    for binding in args.resources:
+        namespace = dig(binding.props, "metadata", "namespace")
+        if kind(binding.resource_type) != "RoleBinding" or namespace not in tenants:
+            continue
+        tenant_groups |= {(s.get("kind"), s.get("name")) for s in items(binding.props.get("subjects"))
+                          if s.get("kind") != "ServiceAccount"}
+        grant = _excessive_grant(binding.props.get("roleRef") or {}, namespace, roles)
+        if grant:
+            report(f"{describe(binding.resource_type, binding.props)} grants tenant {namespace} {grant}; bind a "
+                   "narrower role such as the built-in edit ClusterRole", binding.urn)
+    for binding in args.resources:
+        if kind(binding.resource_type) != "ClusterRoleBinding":
+            continue
+        subjects = [s for s in items(binding.props.get("subjects"))
+                    if (s.get("kind"), s.get("name")) in tenant_groups or s.get("namespace") in tenants]
+        grant = _excessive_grant(binding.props.get("roleRef") or {}, None, roles) if subjects else None
+        if grant:
+            names = ", ".join(f"{s.get('kind')} {s.get('name')}" for s in subjects)
+            report(f"{describe(binding.resource_type, binding.props)} grants tenant subjects ({names}) {grant} across "
+                   "the cluster; grant tenants roles in their own namespace only", binding.urn)
+
+
+def _denies_system_priority(quota: Mapping[str, Any]) -> bool:
+    """Whether a quota admits no pods of the system-* priority classes (one PriorityClass scope, hard pods 0)."""
+    expressions = items(dig(quota, "spec", "scopeSelector", "matchExpressions"))
+    return (str(dig(quota, "spec", "hard", "pods")) == "0" and not dig(quota, "spec", "scopes")
+            and len(expressions) == 1 and expressions[0].get("scopeName") == "PriorityClass"
+            and expressions[0].get("operator") == "In"
+            and set(SYSTEM_PRIORITY_CLASSES) <= set(items(expressions[0].get("values"))))
+
+
+def _tenant_no_system_priority(args: StackValidationArgs, report: ReportViolation) -> None:
+    for namespace, resource in tenant_namespaces(args.resources).items():
+        if not any(_denies_system_priority(q) for q in quotas(args.resources, namespace)):
+            classes = ", ".join(SYSTEM_PRIORITY_CLASSES)
+            report(f"tenant namespace {namespace} does not block the priority classes {classes}, so its pods can "
+                   "preempt the GPU node agents; add a ResourceQuota with hard pods: \"0\" and scopeSelector "
+                   f"PriorityClass In [{classes}]", resource.urn)
+
+
+POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
+    StackValidationPolicy(
+        name="gpu-pool-tainted",
+        description=f"Every GPU pool taints its nodes {GPU_TAINT_TEXT} (MachineSet taints; for an Auto Scaling Group "
+                    "the autoscaler taint tag and the kubelet flag in its launch template).",
+        validate=_pools_tainted,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="tenant-gpu-quota",
+        description=f"Every tenant namespace has a ResourceQuota on {labels.GPU_QUOTA_KEY}.",
+        validate=_tenant_gpu_quota,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="gpu-quota-within-capacity",
+        description="The tenants' GPU quotas add up to no more than the pools' GPUs times the allowed overcommit.",
+        validate=_quota_within_capacity,
+        enforcement_level=EnforcementLevel.MANDATORY,
+        config_schema=PolicyConfigSchema(properties={"maxOvercommit": {
+            "type": "number", "exclusiveMinimum": 0, "default": DEFAULT_OVERCOMMIT,
+            "description": "GPUs that may be promised per GPU in the pools (1.0: none beyond capacity)",
+        }}),
+    ),
+    StackValidationPolicy(
+        name="gpu-pods-tolerate-taint",
+        description=f"Every pod template requesting {labels.GPU_RESOURCE} tolerates {GPU_TAINT_TEXT}, itself or "
+                    "through its RuntimeClass.",
+        validate=_gpu_pods_tolerate_taint,
+        enforcement_level=EnforcementLevel.ADVISORY,
+    ),
+    ResourceValidationPolicy(
+        name="driver-pinned-to-kernel",
+        description="Each driver DaemonSet is pinned to one kernel and runs the image built for that kernel.",
+        validate=_driver_pinned_to_kernel,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="no-latest-images",
+        description="Every container image is pinned to a version tag or digest, never :latest or untagged.",
+        validate=_no_latest_images,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="allowed-image-registries",
+        description="Every container image comes from an allowed registry.",
+        validate=_allowed_registries,
+        enforcement_level=EnforcementLevel.MANDATORY,
+        config_schema=PolicyConfigSchema(properties={"allowedRegistries": {
+            "type": "array", "items": {"type": "string", "minLength": 1}, "default": list(DEFAULT_REGISTRIES),
+            "description": "registry hosts, or host/path prefixes, that images may come from",
+        }}),
+    ),
+    ResourceValidationPolicy(
+        name="host-access-only-in-gpu-system",
+        description="Privileged containers, host namespaces and hostPath volumes only in the GPU system namespaces.",
+        validate=_host_access_in_system_namespaces,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="tenant-pod-security",
+        description="Tenant namespaces enforce the baseline or restricted pod security standard.",
+        validate=_tenant_pod_security,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="tenant-rbac-least-privilege",
+        description="No binding grants a tenant cluster-admin or a role with wildcard rules.",
+        validate=_tenant_rbac,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="tenant-no-system-priority",
+        description=f"Tenant namespaces admit no pods of the {' or '.join(SYSTEM_PRIORITY_CLASSES)} priority class.",
+        validate=_tenant_no_system_priority,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+]

@@ -1,0 +1,192 @@
+"""`gpuctl check DIR`: the policy pack on rendered plans, end to end through the command line."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components import labels
+from gpuctl.__main__ import main
+from gpuctl.check import Violation, check_plan
+from gpuctl.render import write_render
+from tests.conftest import ROOT, Plan
+
+Document = dict[str, Any]
+
+
+def resource(doc: Document, name: str) -> dict[str, Any]:
+    [match] = [r for r in doc["resources"] if r["name"] == name and r["custom"]]
+    return match
+
+
+def over_capacity(doc: Document) -> None:
+    resource(doc, "tenant-nlp-research-gpu-quota")["inputs"]["spec"]["hard"][labels.GPU_QUOTA_KEY] = "11"
+
+
+def untainted_pool(doc: Document) -> None:
+    resource(doc, "pool-t4-inference")["inputs"]["spec"]["template"]["spec"]["taints"] = []
+
+
+def no_gpu_quota(doc: Document) -> None:
+    doc["resources"].remove(resource(doc, "tenant-vision-gpu-quota"))
+
+
+def driver_for_another_kernel(doc: Document) -> None:
+    driver = resource(doc, "driver-rhcos4-16-5-14-0-427-42-1-el9-4-x86-64")["inputs"]["spec"]["template"]["spec"]
+    driver["containers"][0]["image"] = "nvcr.io/nvidia/driver:580-5.14.0-427.50.1.el9_4.x86_64-rhcos4.16"
+
+
+def latest_image(doc: Document) -> None:
+    toolkit = resource(doc, "device-plugin-toolkit")["inputs"]["spec"]["template"]["spec"]
+    toolkit["containers"][0]["image"] = "nvcr.io/nvidia/k8s/container-toolkit:latest"
+
+
+# case -> (dev plan mutation, the policy and the resource the report must name)
+VIOLATIONS: dict[str, tuple[Callable[[Document], None], str, str]] = {
+    "over-capacity": (over_capacity, "gpu-quota-within-capacity", "(stack)"),
+    "untainted-pool": (untainted_pool, "gpu-pool-tainted", "pool-t4-inference"),
+    "no-gpu-quota": (no_gpu_quota, "tenant-gpu-quota", "tenant-vision-namespace"),
+    "driver-kernel-mismatch": (driver_for_another_kernel, "driver-pinned-to-kernel",
+                               "driver-rhcos4-16-5-14-0-427-42-1-el9-4-x86-64"),
+    "latest-image": (latest_image, "no-latest-images", "device-plugin-toolkit"),
+}
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory, dev_plan: Plan) -> dict[str, Path]:
+    """Rendered dev directories: clean, one per violation, and one with every violation at once."""
+    root = tmp_path_factory.mktemp("rendered")
+    mutations = {"clean": [], **{case: [mutate] for case, (mutate, _, _) in VIOLATIONS.items()},
+                 "all": [mutate for mutate, _, _ in VIOLATIONS.values()]}
+    for case, mutate in mutations.items():
+        doc = copy.deepcopy(dev_plan.document)
+        for change in mutate:
+            change(doc)
+        write_render(doc, root / case)
+    return {case: root / case for case in mutations}
+
+
+@pytest.fixture(scope="module")
+def cli(rendered: dict[str, Path]) -> dict[str, subprocess.CompletedProcess[str]]:
+    """The command lines of this module, started at once so their interpreter start-ups can overlap."""
+    runs = {"clean": [str(rendered["clean"])], "all": [str(rendered["all"])],
+            "json": [str(rendered["all"]), "--json"], "missing": [str(rendered["clean"].parent / "never-rendered")]}
+    started = {case: subprocess.Popen([sys.executable, "-m", "gpuctl", "check", *argv], cwd=ROOT, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE) for case, argv in runs.items()}
+    results = {}
+    for case, process in started.items():
+        stdout, stderr = process.communicate(timeout=300)
+        results[case] = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    return results
+
+
+def test_clean_stack_exits_0(cli: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    result = cli["clean"]
+    assert (result.returncode, result.stderr) == (0, "")
+    assert "policies passed" in result.stdout
+
+
+def test_mandatory_violations_exit_1_naming_each_policy(cli: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    result = cli["all"]
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"mandatory ({len(VIOLATIONS)})" and lines[-1] == "5 mandatory, 0 advisory violation(s)"
+    for _, policy, where in VIOLATIONS.values():
+        assert any(line.startswith(f"{policy}  {where}  ") for line in lines[1:-1]), policy
+
+
+@pytest.mark.parametrize("case", VIOLATIONS)
+def test_each_violation_alone_exits_1(rendered: dict[str, Path], capsys: pytest.CaptureFixture[str],
+                                      case: str) -> None:
+    _, policy, where = VIOLATIONS[case]
+    assert main(["check", str(rendered[case])]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "mandatory (1)" and lines[1].startswith(f"{policy}  {where}  ")
+
+
+def test_missing_dir_exits_2_with_one_line(cli: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    result = cli["missing"]
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: ") and "never-rendered" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_json_gives_the_same_as_data(cli: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    result = cli["json"]
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    assert report["stack"] == "dev" and (report["mandatory"], report["advisory"]) == (5, 0)
+    assert all(set(v) == {"policy", "level", "urn", "name", "message"} for v in report["violations"])
+    assert {(v["policy"], v["name"] or "(stack)") for v in report["violations"]} == \
+        {(policy, where) for _, policy, where in VIOLATIONS.values()}
+    by_policy = {v["policy"]: v for v in report["violations"]}
+    assert by_policy["gpu-quota-within-capacity"]["urn"] is None
+    assert by_policy["no-latest-images"]["urn"].endswith("::device-plugin-toolkit")
+
+
+# The pack config and malformed input, in-process: the same entry point, without a start-up each.
+
+
+def write_config(tmp_path: Path, config: Any) -> str:
+    path = tmp_path / "policy-config.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def test_policy_config_lowers_a_level_to_advisory(rendered: dict[str, Path], tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path, {"no-latest-images": {"enforcementLevel": "advisory"}})
+    assert main(["check", str(rendered["latest-image"]), "--policy-config", config]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "advisory (1)" and lines[1].startswith("no-latest-images  device-plugin-toolkit  ")
+
+
+def test_policy_config_disables_a_policy(rendered: dict[str, Path], tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path, {"all": "advisory", "no-latest-images": "disabled"})
+    assert main(["check", str(rendered["latest-image"]), "--policy-config", config]) == 0
+    assert "policies passed" in capsys.readouterr().out
+
+
+def test_policy_config_knob_is_applied(rendered: dict[str, Path], tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"gpu-quota-within-capacity": {"maxOvercommit": 1.7}})
+    assert main(["check", str(rendered["over-capacity"]), "--policy-config", config]) == 0
+
+
+@pytest.mark.parametrize(("config", "complaint"), [
+    ({"no-such-policy": "advisory"}, "'no-such-policy' is not a policy of the pack"),
+    ({"no-latest-images": "sometimes"}, "enforcementLevel 'sometimes' is not one of"),
+    ({"gpu-quota-within-capacity": {"maxOvercommit": "lots"}}, "gpu-quota-within-capacity.maxOvercommit"),
+    ({"allowed-image-registries": {"allowedRegistry": ["quay.io"]}}, "'allowedRegistry' was unexpected"),
+    (["no-latest-images"], "must be a JSON object"),
+])
+def test_bad_policy_config_exits_2(rendered: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                   config: Any, complaint: str) -> None:
+    assert main(["check", str(rendered["clean"]), "--policy-config", write_config(tmp_path, config)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: policy config: ") and complaint in error
+
+
+@pytest.mark.parametrize(("plan", "complaint"), [("{", "not JSON"), ("[]", "not a rendered plan"),
+                                                 ('{"resources": [{"urn": "x"}]}', "not a rendered plan")])
+def test_malformed_plan_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], plan: str, complaint: str) -> None:
+    (tmp_path / "plan.json").write_text(plan)
+    assert main(["check", str(tmp_path)]) == 2
+    assert complaint in capsys.readouterr().err
+
+
+def test_unknown_value_is_an_advisory_note(dev_plan: Plan) -> None:
+    doc = copy.deepcopy(dev_plan.document)
+    resource(doc, "tenant-vision-namespace")["inputs"]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] = \
+        "[unknown]"
+    [note] = check_plan(doc)
+    assert note == Violation("tenant-pod-security", "advisory", resource(doc, "tenant-vision-namespace")["urn"],
+                             "tenant-vision-namespace", note.message)
+    assert "cannot be checked on this plan" in note.message
