@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from components import labels
 from stacks.config import DiscoveryConfig
 from stacks.discovery import GPU_NODE_SELECTOR, DiscoveryError, read_live_nodes
 from stacks.inventory import KernelTarget, ObservedNode
+from tests.loopback import closed_port, serving
 
 TOKEN = "reader-token"
 OLD, NEW = "6.8.0-1021-aws", "6.8.0-1024-aws"
@@ -95,20 +95,9 @@ class StandInApi:
 
 @pytest.fixture
 def api() -> Iterator[StandInApi]:
-    stand_in = StandInApi()
-    thread = threading.Thread(target=stand_in.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield stand_in
-    stand_in.release.set()
-    stand_in.server.shutdown()
-    stand_in.server.server_close()
-    thread.join(timeout=5)
+    with serving(StandInApi()) as stand_in:
+        yield stand_in
 
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def kubeconfig(path: Path, servers: dict[str, str], current: str) -> Path:

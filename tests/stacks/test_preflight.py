@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from stacks.preflight import (
     check_driver_images,
     registry_url,
 )
+from tests.loopback import closed_port, serving
 
 OLD = KernelTarget("ubuntu22.04", "6.8.0-1021-aws")
 NEW = KernelTarget("ubuntu22.04", "6.8.0-1024-aws")
@@ -99,20 +99,9 @@ class StandInRegistry:
 
 @pytest.fixture
 def registry() -> Iterator[StandInRegistry]:
-    stand_in = StandInRegistry()
-    thread = threading.Thread(target=stand_in.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield stand_in
-    stand_in.release.set()
-    stand_in.server.shutdown()
-    stand_in.server.server_close()
-    thread.join(timeout=5)
+    with serving(StandInRegistry()) as stand_in:
+        yield stand_in
 
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_present_images_pass(registry: StandInRegistry) -> None:
