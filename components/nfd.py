@@ -170,9 +170,11 @@ class NfdStack(pulumi.ComponentResource):
     def _worker(self, name: str, args: NfdStackArgs, opts: pulumi.ResourceOptions) -> None:
         mounts = [("host-boot", "/boot"), ("host-os-release", "/etc/os-release"), ("host-sys", "/sys"),
                   ("host-usr-lib", "/usr/lib"), ("host-lib", "/lib")]
+        # NFD's images are built to read the host under the `/host-` prefix: /host-sys, /host-etc/os-release, ...
         container = self._container(
             "nfd-worker", args.image, ["nfd-worker"], args=["-config=/etc/kubernetes/node-feature-discovery/nfd-worker.conf"],
-            volumeMounts=[{"name": volume, "mountPath": f"/host{path}", "readOnly": True} for volume, path in mounts]
+            volumeMounts=[{"name": volume, "mountPath": f"/host-{path.lstrip('/')}", "readOnly": True}
+                          for volume, path in mounts]
             + [{"name": "nfd-worker-conf", "mountPath": "/etc/kubernetes/node-feature-discovery", "readOnly": True}])
         pod = {
             "serviceAccountName": "nfd-worker",

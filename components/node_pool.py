@@ -54,8 +54,8 @@ class GpuNodePool(pulumi.ComponentResource):
     def _machine_set(self, name: str, pool: NodePoolConfig, cluster: ClusterConfig,
                      node_labels: dict[str, str], opts: pulumi.ResourceOptions) -> None:
         infra = cluster.infrastructure_id
-        zone = pool.availability_zone or f"{cluster.region}a"
-        machine_set = f"{infra}-gpu-{pool.name}-{zone}"
+        zone = pool.zone(cluster)
+        machine_set = pool.machine_set_name(cluster)
         selector = {"machine.openshift.io/cluster-api-cluster": infra,
                     "machine.openshift.io/cluster-api-machineset": machine_set}
         instance = pool.instance

@@ -21,7 +21,6 @@ class TenantQuotaArgs:
     gpus: int
     priority_class: str
     group: str
-    max_gpus_per_pod: int | None = None
     pod_security: str = "baseline"
 
 
@@ -57,12 +56,12 @@ class TenantQuota(pulumi.ComponentResource):
                 "scopeSelector": {"matchExpressions": [
                     {"scopeName": "PriorityClass", "operator": "In", "values": classes}]},
             }, opts=child)
-        per_pod = str(args.max_gpus_per_pod or max(args.gpus, 1))
+        # No nvidia.com/gpu here: a Container limit range defaults its entries onto every container, and a GPU
+        # request on a CPU pod would consume quota or, through ExtendedResourceToleration, let it onto GPU nodes.
         k8s.core.v1.LimitRange(f"{name}-limits", metadata=metadata("default-limits", args.name), spec={"limits": [{
             "type": "Container",
             "default": {"cpu": "1", "memory": "2Gi"},
             "defaultRequest": {"cpu": "250m", "memory": "512Mi"},
-            "max": {labels.GPU_RESOURCE: per_pod},
         }]}, opts=child)
         k8s.rbac.v1.RoleBinding(f"{name}-edit", metadata=metadata(f"{args.name}-edit", args.name), subjects=[
             {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": args.group}],

@@ -96,9 +96,15 @@ def _masked(value: Any) -> Any:
     return SECRET
 
 
+_NOT_YET = object()  # stands in for the root stack until run_in_stack registers the real one
+
+
 def run_program(stack: str, config: dict[str, Any], secret_keys: list[str], program: Callable[[], Any]) -> dict:
     """Run `program` as stack `stack` with this config, under the mock runtime, and return the plan."""
     monitor = RecordingMonitor()
+    # Without a root resource, set_mocks registers a throwaway root stack and sends its empty outputs
+    # asynchronously; that stack has the real one's URN, so its outputs could land last and wipe the program's.
+    settings.ROOT.set(_NOT_YET)
     pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=True, monitor=monitor)
     settings.ROOT.set(None)  # run_in_stack makes the root stack, exactly as under the Pulumi CLI
     pulumi.runtime.set_all_config(

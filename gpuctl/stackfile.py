@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,13 +40,18 @@ def load_stack_file(path: Path, stack: str | None = None) -> StackFile:
         raise ConfigError(f"{path}:{where} is not valid YAML; fix the indentation or quoting there") from None
     if not isinstance(document, dict) or not isinstance(document.get("config", {}), dict):
         raise ConfigError(f"{path}: expected a mapping with a 'config:' mapping, as `pulumi config set` writes")
+    name = stack or path.name.removeprefix("Pulumi.").removesuffix(".yaml").removesuffix(".yml")
+    return stack_file_from_config(name, document.get("config") or {})
+
+
+def stack_file_from_config(stack: str, values: Mapping[str, Any]) -> StackFile:
+    """A `config:` mapping as the engine hands it to the program: full keys, `secure:` values kept secret."""
     config: dict[str, Any] = {}
     secret_keys: list[str] = []
-    for key, value in (document.get("config") or {}).items():
+    for key, value in values.items():
         full_key = key if ":" in key else f"{PROJECT}:{key}"
         if isinstance(value, dict) and set(value) == {"secure"}:
             value = ENCRYPTED
             secret_keys.append(full_key)
         config[full_key] = value
-    name = stack or path.name.removeprefix("Pulumi.").removesuffix(".yaml").removesuffix(".yml")
-    return StackFile(name, config, secret_keys)
+    return StackFile(stack, config, secret_keys)

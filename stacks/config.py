@@ -153,14 +153,11 @@ class TenantConfig(StrictModel):
     gpus: int = Field(ge=0)
     priority_class: Literal["gpu-high", "gpu-low"] = labels.LOW_PRIORITY_CLASS
     group: str | None = Field(default=None, min_length=1)
-    max_gpus_per_pod: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> TenantConfig:
         if RESERVED_NAMESPACES.match(self.name):
             raise ValueError(f"name {self.name!r} is a system namespace; choose a team name")
-        if self.max_gpus_per_pod is not None and self.gpus and self.max_gpus_per_pod > self.gpus:
-            raise ValueError("maxGpusPerPod must not exceed gpus")
         return self
 
     @property

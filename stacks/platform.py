@@ -60,7 +60,6 @@ class GpuPlatform(pulumi.ComponentResource):
         self.tenants = {
             tenant.name: TenantQuota(f"tenant-{tenant.name}", TenantQuotaArgs(
                 name=tenant.name, gpus=tenant.gpus, priority_class=tenant.priority_class, group=tenant.rbac_group,
-                max_gpus_per_pod=tenant.max_gpus_per_pod,
             ), pulumi.ResourceOptions(parent=self, depends_on=priority_classes))
             for tenant in config.tenants
         }

@@ -1,0 +1,199 @@
+"""GpuNodePool on both backends: OpenShift MachineSets (dev) and AWS launch template + Auto Scaling Group (prod)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+
+from tests.conftest import Plan
+
+MACHINE_SET = "kubernetes:machine.openshift.io/v1beta1:MachineSet"
+MACHINE_AUTOSCALER = "kubernetes:autoscaling.openshift.io/v1beta1:MachineAutoscaler"
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+AUTO_SCALING_GROUP = "aws:autoscaling/group:Group"
+GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
+
+T4_MACHINE_SET = "dev-ocp-7xk2p-gpu-t4-inference-us-east-1a"
+A100_MACHINE_SET = "dev-ocp-7xk2p-gpu-a100-training-us-east-1b"
+
+
+# -- OpenShift: MachineSet + MachineAutoscaler --------------------------------------------------------------------
+
+
+def machine_set(plan: Plan, name: str) -> dict[str, Any]:
+    return plan.manifest("MachineSet", name)
+
+
+def test_one_machine_set_and_autoscaler_per_pool(dev_plan: Plan) -> None:
+    assert sorted(ms["inputs"]["metadata"]["name"] for ms in dev_plan.of_type(MACHINE_SET)) == [
+        A100_MACHINE_SET, T4_MACHINE_SET]
+    assert sorted(a["inputs"]["metadata"]["name"] for a in dev_plan.of_type(MACHINE_AUTOSCALER)) == [
+        A100_MACHINE_SET, T4_MACHINE_SET]
+    assert dev_plan.of_type(LAUNCH_TEMPLATE) == [] and dev_plan.of_type(AUTO_SCALING_GROUP) == []
+
+
+@pytest.mark.parametrize("name", [T4_MACHINE_SET, A100_MACHINE_SET])
+def test_machine_set_nodes_are_tainted_from_first_boot(dev_plan: Plan, name: str) -> None:
+    spec = machine_set(dev_plan, name)["spec"]["template"]["spec"]
+
+    assert spec["taints"] == [GPU_TAINT]
+
+
+def test_machine_set_is_in_the_machine_api_namespace_and_selects_its_machines(dev_plan: Plan) -> None:
+    manifest = machine_set(dev_plan, T4_MACHINE_SET)
+
+    assert manifest["apiVersion"] == "machine.openshift.io/v1beta1"
+    assert manifest["metadata"]["namespace"] == "openshift-machine-api"
+    selector = manifest["spec"]["selector"]["matchLabels"]
+    assert selector == {"machine.openshift.io/cluster-api-cluster": "dev-ocp-7xk2p",
+                        "machine.openshift.io/cluster-api-machineset": T4_MACHINE_SET}
+    machine_labels = manifest["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= machine_labels.items()
+    assert manifest["spec"]["replicas"] == 2
+
+
+def test_machine_set_provider_spec(dev_plan: Plan) -> None:
+    t4 = machine_set(dev_plan, T4_MACHINE_SET)["spec"]["template"]["spec"]["providerSpec"]["value"]
+    a100 = machine_set(dev_plan, A100_MACHINE_SET)["spec"]["template"]["spec"]["providerSpec"]["value"]
+
+    assert t4["kind"] == "AWSMachineProviderConfig"
+    assert (t4["instanceType"], t4["ami"]["id"]) == ("g4dn.xlarge", "ami-0a6c2d1e5f3b7c9d1")
+    assert (a100["instanceType"], a100["ami"]["id"]) == ("p4d.24xlarge", "ami-0b7d3e2f6a4c8e0f2")
+    assert t4["blockDevices"][0]["ebs"]["volumeSize"] == 200  # the default root volume
+    assert a100["blockDevices"][0]["ebs"]["volumeSize"] == 500  # rootVolumeGib
+    assert a100["blockDevices"][0]["ebs"]["encrypted"] is True
+    assert t4["placement"] == {"region": "us-east-1", "availabilityZone": "us-east-1a"}
+    assert a100["placement"]["availabilityZone"] == "us-east-1b"
+
+
+def test_machine_set_labels_its_nodes_with_pool_and_gpu_model(dev_plan: Plan) -> None:
+    node_labels = machine_set(dev_plan, A100_MACHINE_SET)["spec"]["template"]["spec"]["metadata"]["labels"]
+
+    assert node_labels["gpu-platform.io/pool"] == "a100-training"
+    assert node_labels["cluster-api/accelerator"] == "NVIDIA-A100-SXM4-40GB"
+
+
+@pytest.mark.parametrize(("name", "pool", "cpu", "memory", "gpus"), [
+    (T4_MACHINE_SET, "t4-inference", "4", "16384", "1"),
+    (A100_MACHINE_SET, "a100-training", "96", "1179648", "8"),
+])
+def test_machine_set_can_scale_from_zero(dev_plan: Plan, name: str, pool: str, cpu: str, memory: str,
+                                         gpus: str) -> None:
+    """The autoscaler sizes a node it has never seen from these annotations."""
+    annotations = machine_set(dev_plan, name)["metadata"]["annotations"]
+
+    assert annotations["machine.openshift.io/vCPU"] == cpu
+    assert annotations["machine.openshift.io/memoryMb"] == memory
+    assert annotations["machine.openshift.io/GPU"] == gpus
+    labels = annotations["capacity.cluster-autoscaler.kubernetes.io/labels"].split(",")
+    assert f"gpu-platform.io/pool={pool}" in labels
+
+
+@pytest.mark.parametrize(("name", "minimum", "maximum"), [(T4_MACHINE_SET, 0, 4), (A100_MACHINE_SET, 0, 2)])
+def test_machine_autoscaler_targets_its_machine_set(dev_plan: Plan, name: str, minimum: int, maximum: int) -> None:
+    autoscaler = dev_plan.manifest("MachineAutoscaler", name)
+
+    assert autoscaler["apiVersion"] == "autoscaling.openshift.io/v1beta1"
+    assert autoscaler["metadata"]["namespace"] == "openshift-machine-api"
+    assert autoscaler["spec"]["scaleTargetRef"] == {
+        "apiVersion": "machine.openshift.io/v1beta1", "kind": "MachineSet", "name": name}
+    assert (autoscaler["spec"]["minReplicas"], autoscaler["spec"]["maxReplicas"]) == (minimum, maximum)
+
+
+def test_machine_set_names_fit_a_label_value(dev_plan: Plan) -> None:
+    for resource in dev_plan.of_type(MACHINE_SET):
+        assert len(resource["inputs"]["metadata"]["name"]) <= 63
+
+
+# -- Kubernetes on AWS: launch template + Auto Scaling Group ------------------------------------------------------
+
+
+def aws_resource(plan: Plan, type_: str, pool: str) -> dict[str, Any]:
+    [resource] = [r["inputs"] for r in plan.of_type(type_) if r["inputs"]["name"] == f"prod-gpu-gpu-{pool}"]
+    return resource
+
+
+def user_data(plan: Plan, pool: str) -> str:
+    return base64.b64decode(aws_resource(plan, LAUNCH_TEMPLATE, pool)["userData"]).decode()
+
+
+def asg_tags(plan: Plan, pool: str) -> dict[str, str]:
+    return {tag["key"]: tag["value"] for tag in aws_resource(plan, AUTO_SCALING_GROUP, pool)["tags"]}
+
+
+def test_one_launch_template_and_group_per_pool(prod_plan: Plan) -> None:
+    for type_ in (LAUNCH_TEMPLATE, AUTO_SCALING_GROUP):
+        assert sorted(r["inputs"]["name"] for r in prod_plan.of_type(type_)) == [
+            "prod-gpu-gpu-a10g-batch", "prod-gpu-gpu-h100-training", "prod-gpu-gpu-l4-inference"]
+    assert prod_plan.of_type(MACHINE_SET) == []
+
+
+def test_launch_template_boots_the_pools_image_and_instance_type(prod_plan: Plan) -> None:
+    template = aws_resource(prod_plan, LAUNCH_TEMPLATE, "h100-training")
+
+    assert template["imageId"] == "ami-0f2a3b4c5d6e7f809"
+    assert template["instanceType"] == "p5.48xlarge"
+    assert template["blockDeviceMappings"][0]["ebs"]["volumeSize"] == 1000
+    assert template["iamInstanceProfile"] == {"name": "prod-gpu-node"}
+    assert template["vpcSecurityGroupIds"] == ["sg-0d4e5f60718293a4b"]
+    assert template["metadataOptions"]["httpTokens"] == "required"
+
+
+@pytest.mark.parametrize(("pool", "model"), [("l4-inference", "NVIDIA-L4"), ("h100-training", "NVIDIA-H100-80GB-HBM3")])
+def test_kubelet_registers_the_taint_and_labels_at_boot(prod_plan: Plan, pool: str, model: str) -> None:
+    script = user_data(prod_plan, pool)
+
+    assert script.startswith("#!/bin/bash")
+    assert "--register-with-taints=nvidia.com/gpu:NoSchedule" in script
+    node_labels = script.split("--node-labels=", 1)[1].split("'", 1)[0].split(",")
+    assert f"gpu-platform.io/pool={pool}" in node_labels
+    assert f"cluster-api/accelerator={model}" in node_labels
+    assert "prod-gpu" in script  # joins this cluster
+
+
+@pytest.mark.parametrize(("pool", "desired", "minimum", "maximum"), [
+    ("l4-inference", 8, 4, 16), ("a10g-batch", 4, 0, 8), ("h100-training", 2, 0, 4),
+])
+def test_group_size_follows_the_pool(prod_plan: Plan, pool: str, desired: int, minimum: int, maximum: int) -> None:
+    group = aws_resource(prod_plan, AUTO_SCALING_GROUP, pool)
+
+    assert (group["desiredCapacity"], group["minSize"], group["maxSize"]) == (desired, minimum, maximum)
+    assert group["vpcZoneIdentifiers"] == ["subnet-0a1b2c3d4e5f60718", "subnet-0b2c3d4e5f6071829",
+                                           "subnet-0c3d4e5f607182930"]
+
+
+def test_group_launches_its_own_template(prod_plan: Plan) -> None:
+    templates = {r["inputs"]["name"]: r["name"] for r in prod_plan.of_type(LAUNCH_TEMPLATE)}
+    for group in prod_plan.of_type(AUTO_SCALING_GROUP):
+        # Offline, the template id is its logical name (the mock assigns ids from names).
+        assert group["inputs"]["launchTemplate"]["id"] == templates[group["inputs"]["name"]]
+
+
+def test_group_is_discoverable_by_the_cluster_autoscaler(prod_plan: Plan) -> None:
+    tags = asg_tags(prod_plan, "a10g-batch")
+
+    assert tags["k8s.io/cluster-autoscaler/enabled"] == "true"
+    assert tags["k8s.io/cluster-autoscaler/prod-gpu"] == "owned"
+
+
+@pytest.mark.parametrize(("pool", "gpus", "model"), [
+    ("l4-inference", "1", "NVIDIA-L4"), ("a10g-batch", "4", "NVIDIA-A10G"), ("h100-training", "8", "NVIDIA-H100-80GB-HBM3"),
+])
+def test_group_describes_its_nodes_for_scale_from_zero(prod_plan: Plan, pool: str, gpus: str, model: str) -> None:
+    tags = asg_tags(prod_plan, pool)
+    template = "k8s.io/cluster-autoscaler/node-template"
+
+    assert tags[f"{template}/label/gpu-platform.io/pool"] == pool
+    assert tags[f"{template}/label/cluster-api/accelerator"] == model
+    assert tags[f"{template}/label/feature.node.kubernetes.io/pci-10de.present"] == "true"
+    assert tags[f"{template}/taint/nvidia.com/gpu"] == ":NoSchedule"
+    assert tags[f"{template}/resources/nvidia.com/gpu"] == gpus
+
+
+def test_group_replaces_instances_gradually(prod_plan: Plan) -> None:
+    refresh = aws_resource(prod_plan, AUTO_SCALING_GROUP, "l4-inference")["instanceRefresh"]
+
+    assert refresh["strategy"] == "Rolling"
+    assert refresh["preferences"]["minHealthyPercentage"] >= 50

@@ -1,0 +1,125 @@
+"""TenantQuota: a namespace per tenant, capped at its GPUs, used by its group, with the platform priority classes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import Plan, stack_config
+
+GPU = "nvidia.com/gpu"
+GPU_QUOTA = "requests.nvidia.com/gpu"
+
+
+def tenants(stack: str) -> list[dict[str, Any]]:
+    return stack_config(stack)["gpu-platform:tenants"]
+
+
+def plan_of(stack: str, dev_plan: Plan, prod_plan: Plan) -> Plan:
+    return dev_plan if stack == "dev" else prod_plan
+
+
+TENANTS = [(stack, tenant["name"]) for stack in ("dev", "prod") for tenant in tenants(stack)]
+
+
+def tenant_config(stack: str, name: str) -> dict[str, Any]:
+    return next(t for t in tenants(stack) if t["name"] == name)
+
+
+def scoped_quotas(plan: Plan, namespace: str) -> dict[tuple[str, ...], dict[str, str]]:
+    """PriorityClass-scoped quotas of a namespace: the classes they cover -> their hard limits."""
+    found = {}
+    for quota in plan.kind("ResourceQuota"):
+        if quota["metadata"]["namespace"] != namespace or "scopeSelector" not in quota["spec"]:
+            continue
+        [expression] = quota["spec"]["scopeSelector"]["matchExpressions"]
+        assert (expression["scopeName"], expression["operator"]) == ("PriorityClass", "In")
+        found[tuple(sorted(expression["values"]))] = quota["spec"]["hard"]
+    return found
+
+
+@pytest.mark.parametrize(("stack", "name"), TENANTS)
+def test_tenant_namespace_enforces_pod_security(dev_plan, prod_plan, stack: str, name: str) -> None:
+    namespace = plan_of(stack, dev_plan, prod_plan).manifest("Namespace", name)
+    labels = namespace["metadata"]["labels"]
+
+    assert labels["pod-security.kubernetes.io/enforce"] in ("baseline", "restricted")
+    assert labels["pod-security.kubernetes.io/warn"] == "restricted"
+    assert labels["gpu-platform.io/tenant"] == name
+
+
+@pytest.mark.parametrize(("stack", "name"), TENANTS)
+def test_gpu_quota_equals_the_tenants_gpus(dev_plan, prod_plan, stack: str, name: str) -> None:
+    quota = plan_of(stack, dev_plan, prod_plan).manifest("ResourceQuota", "gpu-quota", name)
+
+    assert quota["spec"]["hard"] == {GPU_QUOTA: str(tenant_config(stack, name)["gpus"])}
+    assert "scopeSelector" not in quota["spec"]
+
+
+def test_every_tenant_has_a_gpu_quota(dev_plan: Plan, prod_plan: Plan) -> None:
+    for stack, plan in (("dev", dev_plan), ("prod", prod_plan)):
+        capped = {q["metadata"]["namespace"] for q in plan.kind("ResourceQuota") if GPU_QUOTA in q["spec"]["hard"]
+                  and "scopeSelector" not in q["spec"]}
+        assert capped == {t["name"] for t in tenants(stack)}
+
+
+@pytest.mark.parametrize(("stack", "name"), TENANTS)
+def test_limit_range_defaults_cpu_and_memory_but_never_gpus(dev_plan, prod_plan, stack: str, name: str) -> None:
+    """A GPU entry in a Container limit range is defaulted onto every container: CPU pods would then consume GPU
+    quota (a `max` becomes the default) or, with a zero default, carry an nvidia.com/gpu request that makes the
+    ExtendedResourceToleration admission plugin let them onto the tainted GPU nodes."""
+    limit_range = plan_of(stack, dev_plan, prod_plan).manifest("LimitRange", "default-limits", name)
+    [item] = [i for i in limit_range["spec"]["limits"] if i["type"] == "Container"]
+
+    assert item["default"]["cpu"] and item["default"]["memory"] and item["defaultRequest"]["cpu"]
+    assert all(GPU not in item.get(field, {}) for field in ("default", "defaultRequest", "max", "min"))
+
+
+@pytest.mark.parametrize(("stack", "name"), TENANTS)
+def test_tenant_group_can_edit_its_namespace(dev_plan, prod_plan, stack: str, name: str) -> None:
+    binding = plan_of(stack, dev_plan, prod_plan).manifest("RoleBinding", f"{name}-edit", name)
+
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"}
+    group = tenant_config(stack, name).get("group", name)
+    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}]
+
+
+@pytest.mark.parametrize(("stack", "name"), TENANTS)
+def test_tenants_cannot_use_system_priority_classes(dev_plan, prod_plan, stack: str, name: str) -> None:
+    quotas = scoped_quotas(plan_of(stack, dev_plan, prod_plan), name)
+
+    assert quotas[("system-cluster-critical", "system-node-critical")] == {"pods": "0"}
+
+
+@pytest.mark.parametrize(("stack", "name"), TENANTS)
+def test_low_priority_tenants_cannot_claim_gpu_high(dev_plan, prod_plan, stack: str, name: str) -> None:
+    quotas = scoped_quotas(plan_of(stack, dev_plan, prod_plan), name)
+
+    if tenant_config(stack, name)["priorityClass"] == "gpu-low":
+        assert quotas[("gpu-high",)] == {GPU_QUOTA: "0"}
+    else:
+        assert ("gpu-high",) not in quotas  # a high-priority tenant may use its own class
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_priority_classes_exist(dev_plan, prod_plan, stack: str) -> None:
+    plan = plan_of(stack, dev_plan, prod_plan)
+    high, low = plan.manifest("PriorityClass", "gpu-high"), plan.manifest("PriorityClass", "gpu-low")
+
+    assert high["value"] > low["value"]
+    assert high["preemptionPolicy"] == "PreemptLowerPriority"
+    assert low["preemptionPolicy"] == "Never"
+    assert not high.get("globalDefault") and not low.get("globalDefault")
+    # Below the system classes (2000000000+), so node agents always win.
+    assert high["value"] < 1_000_000_000
+
+
+def test_tenant_objects_are_inside_the_tenant_namespace(dev_plan: Plan) -> None:
+    for tenant in tenants("dev"):
+        namespace = dev_plan.object("Namespace", tenant["name"])
+        for kind in ("ResourceQuota", "LimitRange", "RoleBinding"):
+            for resource in dev_plan.resources:
+                manifest = resource["inputs"]
+                if resource["type"].endswith(f":{kind}") and manifest["metadata"].get("namespace") == tenant["name"]:
+                    assert namespace["urn"] in resource["dependencies"], manifest["metadata"]["name"]

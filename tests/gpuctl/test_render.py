@@ -1,0 +1,228 @@
+"""`gpuctl render` end to end, as a user runs it: exit codes, plan.json, one manifest per object, schema validity."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.conftest import ROOT, render_stack
+
+STACKS = {"dev": "1.29", "prod": "1.31"}
+CORE_KINDS = {"Namespace", "ServiceAccount", "ConfigMap", "DaemonSet", "Deployment", "Job", "Service",
+              "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ResourceQuota", "LimitRange",
+              "PriorityClass", "RuntimeClass", "CustomResourceDefinition"}
+
+
+def gpuctl(*args: str) -> subprocess.Popen:
+    """Start `python -m gpuctl ...` from the repository root, as the README runs it."""
+    return subprocess.Popen([sys.executable, "-m", "gpuctl", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def finish(process: subprocess.Popen) -> subprocess.CompletedProcess:
+    stdout, stderr = process.communicate(timeout=180)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+# -- good renders -------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, Path]]:
+    """Both shipped stacks rendered side by side (offline: no registry, no cluster)."""
+    root = tmp_path_factory.mktemp("render")
+    started = {stack: (gpuctl("render", "--stack", stack, "--offline", "--out", str(root / stack)), root / stack)
+               for stack in STACKS}
+    return {stack: (finish(process), out) for stack, (process, out) in started.items()}
+
+
+@pytest.fixture(scope="module", params=sorted(STACKS))
+def render_result(request, rendered) -> tuple[str, subprocess.CompletedProcess, Path]:
+    result, out = rendered[request.param]
+    assert result.returncode == 0, result.stderr
+    return request.param, result, out
+
+
+def load_plan(out: Path) -> dict[str, Any]:
+    return json.loads((out / "plan.json").read_text())
+
+
+def load_manifests(out: Path) -> dict[str, dict[str, Any]]:
+    found = {}
+    for path in sorted((out / "manifests").iterdir()):
+        documents = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        assert len(documents) == 1, f"{path.name} holds {len(documents)} objects"
+        found[path.name] = documents[0]
+    return found
+
+
+def test_render_succeeds_and_says_where(render_result) -> None:
+    stack, result, out = render_result
+
+    assert result.stdout.startswith(f"rendered stack {stack}: ")
+    assert str(out) in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_plan_json_has_the_documented_shape(render_result) -> None:
+    stack, _, out = render_result
+    plan = load_plan(out)
+
+    assert set(plan) == {"project", "stack", "resources", "outputs"}
+    assert (plan["project"], plan["stack"]) == ("gpu-platform", stack)
+    assert plan["resources"]
+    for resource in plan["resources"]:
+        assert set(resource) >= {"urn", "type", "name", "custom", "parent", "dependencies", "inputs", "options"}
+        assert resource["urn"].startswith(f"urn:pulumi:{stack}::gpu-platform::")
+        assert resource["urn"].endswith(f"::{resource['name']}")
+        assert isinstance(resource["custom"], bool)
+        assert resource["parent"] is None or resource["parent"].startswith(f"urn:pulumi:{stack}::gpu-platform::")
+        assert isinstance(resource["dependencies"], list) and isinstance(resource["inputs"], dict)
+        options = resource["options"]
+        assert isinstance(options["replaceOnChanges"], list) and isinstance(options["ignoreChanges"], list)
+        assert isinstance(options["deleteBeforeReplace"], bool) and isinstance(options["protect"], bool)
+
+
+def test_plan_references_resolve(render_result) -> None:
+    _, _, out = render_result
+    plan = load_plan(out)
+    urns = {resource["urn"] for resource in plan["resources"]}
+
+    assert len(urns) == len(plan["resources"])
+    for resource in plan["resources"]:
+        assert set(resource["dependencies"]) <= urns, resource["urn"]
+        parent = resource["parent"]
+        assert parent is None or parent in urns or "::pulumi:pulumi:Stack::" in parent, resource["urn"]
+    components = [r for r in plan["resources"] if not r["custom"]]
+    assert {r["type"] for r in components} >= {
+        "gpu-platform:index:GpuPlatform", "gpu-platform:index:GpuNodePool", "gpu-platform:index:NfdStack",
+        "gpu-platform:index:DriverStack", "gpu-platform:index:DevicePluginStack",
+        "gpu-platform:index:MonitoringStack", "gpu-platform:index:TenantQuota"}
+
+
+def test_plan_outputs(render_result) -> None:
+    stack, _, out = render_result
+    outputs = load_plan(out)["outputs"]
+
+    assert outputs["kubernetesVersion"] == STACKS[stack]
+    assert outputs["capacity"] and outputs["kernels"] and outputs["driverImages"] and outputs["tenants"]
+    assert outputs["totalGpus"] == sum(outputs["capacity"].values())
+
+
+def test_one_manifest_file_per_kubernetes_object(render_result) -> None:
+    _, _, out = render_result
+    plan = load_plan(out)
+    objects = [r["inputs"] for r in plan["resources"] if r["custom"] and r["type"].startswith("kubernetes:")]
+    manifests = load_manifests(out)
+
+    assert len(manifests) == len(objects)
+    identity = lambda m: (m["apiVersion"], m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"])  # noqa: E731
+    assert sorted(map(identity, manifests.values())) == sorted(map(identity, objects))
+    for name, manifest in manifests.items():
+        assert name.endswith(".yaml") and name.startswith(manifest["kind"].lower())
+
+
+def test_every_core_manifest_validates_against_the_kubernetes_schema(render_result) -> None:
+    stack, _, out = render_result
+    version = f"{STACKS[stack]}.0"
+    validated, errors = set(), []
+    for name, manifest in load_manifests(out).items():
+        try:
+            kubernetes_validate.validate(manifest, version, strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            continue  # custom resources (MachineSet, ServiceMonitor, ...): no upstream schema
+        except kubernetes_validate.ValidationError as error:
+            errors.append(f"{name}: {'.'.join(map(str, error.path))}: {error.message}")
+        validated.add(manifest["kind"])
+
+    assert errors == []
+    assert CORE_KINDS <= validated, CORE_KINDS - validated
+
+
+def test_both_backends_render_their_pools(rendered) -> None:
+    kinds = {stack: {m["kind"] for m in load_manifests(out).values()} for stack, (_, out) in rendered.items()}
+    prod_types = {r["type"] for r in load_plan(rendered["prod"][1])["resources"]}
+
+    assert {"MachineSet", "MachineAutoscaler"} <= kinds["dev"]
+    assert "MachineSet" not in kinds["prod"]
+    assert {"aws:ec2/launchTemplate:LaunchTemplate", "aws:autoscaling/group:Group"} <= prod_types
+
+
+def test_render_is_deterministic(rendered) -> None:
+    """The plan is what a review diffs: another process (another hash seed) must render the same plan."""
+    in_process = render_stack("dev").document
+
+    assert load_plan(rendered["dev"][1]) == json.loads(json.dumps(in_process))
+
+
+# -- bad input ----------------------------------------------------------------------------------------------------
+
+
+def write_bad_inputs(directory: Path) -> dict[str, list[str]]:
+    """Each bad-input case: the arguments after `render`."""
+    config = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    config["config"]["gpu-platform:nodePools"][0]["instanceType"] = "g4dn.xlarg"
+    (directory / "unknown-instance.yaml").write_text(yaml.safe_dump(config))
+    (directory / "syntax.yaml").write_text("config:\n  gpu-platform:cluster:\n    name: dev\n   flavor: [openshift\n")
+    (directory / "nodes.json").write_text('{"items": [')
+    return {
+        "unknown-instance": ["--config-file", str(directory / "unknown-instance.yaml")],
+        "yaml-syntax": ["--config-file", str(directory / "syntax.yaml")],
+        "missing-stack": ["--stack", "no-such-stack"],
+        "observed-not-json": ["--stack", "dev", "--observed-nodes", str(directory / "nodes.json")],
+    }
+
+
+EXPECTED_IN_MESSAGE = {
+    "unknown-instance": ["nodePools[0]", "instanceType", "did you mean 'g4dn.xlarge'?"],
+    "yaml-syntax": ["syntax.yaml", "line 4", "YAML"],
+    "missing-stack": ["Pulumi.no-such-stack.yaml"],
+    "observed-not-json": ["--observed-nodes", "nodes.json", "not JSON"],
+    "missing-out": ["--out"],
+}
+
+
+@pytest.fixture(scope="module")
+def bad_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, Path]]:
+    """Every bad-input case, run side by side."""
+    directory = tmp_path_factory.mktemp("bad-input")
+    started = {}
+    for case, args in write_bad_inputs(directory).items():
+        out = directory / f"out-{case}"
+        started[case] = (gpuctl("render", *args, "--offline", "--out", str(out)), out)
+    started["missing-out"] = (gpuctl("render", "--stack", "dev", "--offline"), directory / "out-missing-out")
+    previous = directory / "previous"
+    previous.mkdir()
+    (previous / "plan.json").write_text("{}")
+    started["previous"] = (gpuctl("render", "--stack", "no-such-stack", "--offline", "--out", str(previous)), previous)
+    return {case: (finish(process), out) for case, (process, out) in started.items()}
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED_IN_MESSAGE))
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(bad_runs, case: str) -> None:
+    result, out = bad_runs[case]
+
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    for fragment in EXPECTED_IN_MESSAGE[case]:
+        assert fragment in lines[0]
+    assert "Traceback" not in result.stderr
+    assert not out.exists()
+    assert result.stdout == ""
+
+
+def test_failed_render_leaves_a_previous_render_untouched(bad_runs) -> None:
+    result, out = bad_runs["previous"]
+
+    assert result.returncode == 2
+    assert sorted(p.name for p in out.iterdir()) == ["plan.json"]
+    assert (out / "plan.json").read_text() == "{}"
