@@ -240,18 +240,29 @@ def parse_stack_config(values: dict[str, Any]) -> StackConfig:
         raise ConfigError(_describe(error)) from None
 
 
-def _describe(error: ValidationError) -> str:
-    first = error.errors()[0]
+def _dotted(loc: tuple[Any, ...]) -> str:
     path = ""
-    for part in first["loc"]:
+    for part in loc:
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
+
+
+def _describe(error: ValidationError) -> str:
+    """One line for the most useful error: a misspelt key first (it explains a missing one), then the rest."""
+    errors = sorted(error.errors(), key=lambda item: item["type"] != "extra_forbidden")
+    first = errors[0]
     message = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
-        message = "unknown key; remove it or check its spelling"
+        missing = [item["loc"][-1] for item in errors
+                   if item["type"] == "missing" and item["loc"][:-1] == first["loc"][:-1]]
+        close = difflib.get_close_matches(str(first["loc"][-1]), [str(name) for name in missing], n=1)
+        message = f"unknown key; did you mean {close[0]!r}?" if close else "unknown key; remove it or check its spelling"
     elif first["type"] == "missing":
         message = "is required"
-    where = f"{PROJECT}:{path}" if path else PROJECT
-    return f"{where}: {message}"
+    elif first["type"] == "string_type":
+        message = f"must be text, not {first['input']!r}; quote it in the stack file"
+    path = _dotted(first["loc"])
+    return f"{PROJECT}:{path}: {message}" if path else f"{PROJECT}: {message}"
 
 
 def load_stack_config() -> StackConfig:

@@ -305,3 +305,15 @@ def test_driver_branch_is_three_digits() -> None:
     message = config_error(lambda v: v["driver"].update(branch="r580"))
 
     assert message.startswith("gpu-platform:driver.branch:")
+
+
+def test_a_misspelt_required_key_is_named_with_the_right_spelling() -> None:
+    def misspell(values: Values) -> None:
+        values["cluster"]["flavour"] = values["cluster"].pop("flavor")
+
+    assert config_error(misspell) == "gpu-platform:cluster.flavour: unknown key; did you mean 'flavor'?"
+
+
+def test_an_unquoted_number_where_text_belongs_says_to_quote_it() -> None:
+    message = config_error(lambda values: pool(values).update(kernel=5.14))
+    assert message == "gpu-platform:nodePools[0].kernel: must be text, not 5.14; quote it in the stack file"
