@@ -172,7 +172,11 @@ def write_bad_inputs(directory: Path) -> dict[str, list[str]]:
     (directory / "unknown-instance.yaml").write_text(yaml.safe_dump(config))
     (directory / "syntax.yaml").write_text("config:\n  gpu-platform:cluster:\n    name: dev\n   flavor: [openshift\n")
     (directory / "nodes.json").write_text('{"items": [')
+    config = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    config["config"]["gpu-platform:registryPullSecret"] = '{"auths": {"nvcr.io": {"auth": "plain-text"}}}'
+    (directory / "plain-secret.yaml").write_text(yaml.safe_dump(config))
     return {
+        "plain-text-secret": ["--config-file", str(directory / "plain-secret.yaml")],
         "unknown-instance": ["--config-file", str(directory / "unknown-instance.yaml")],
         "yaml-syntax": ["--config-file", str(directory / "syntax.yaml")],
         "missing-stack": ["--stack", "no-such-stack"],
@@ -181,6 +185,7 @@ def write_bad_inputs(directory: Path) -> dict[str, list[str]]:
 
 
 EXPECTED_IN_MESSAGE = {
+    "plain-text-secret": ["gpu-platform:registryPullSecret", "must be a secret", "pulumi config set --secret"],
     "unknown-instance": ["nodePools[0]", "instanceType", "did you mean 'g4dn.xlarge'?"],
     "yaml-syntax": ["syntax.yaml", "line 4", "YAML"],
     "missing-stack": ["Pulumi.no-such-stack.yaml"],
