@@ -25,6 +25,7 @@ from pulumi_policy import (
 )
 
 from components import labels
+from components.images import ImageName
 from components.driver import TARGET_LABEL
 from components.tenant_quota import SYSTEM_PRIORITY_CLASSES
 
@@ -101,16 +102,6 @@ def whole(value: Any) -> int | None:
         return int(str(value))
     except ValueError:
         return None
-
-
-def image_parts(image: str) -> tuple[str, str, str | None, str | None]:
-    """(registry, repository, tag, digest) of an image reference, Docker Hub short names expanded."""
-    name, _, digest = image.partition("@")
-    head, slash, rest = name.partition("/")
-    if not slash or not ("." in head or ":" in head or head == "localhost"):
-        head, rest = "docker.io", name if slash else f"library/{name}"
-    path, _, tag = rest.partition(":")
-    return head, f"{head}/{path}", tag or None, digest or None
 
 
 def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, str]) -> bool:
@@ -284,7 +275,7 @@ def _driver_pinned_to_kernel(args: ResourceValidationArgs, report: ReportViolati
         return
     images = [str(c.get("image")) for c in items(spec.get("containers"))]
     pattern = re.compile(rf"(^|-){re.escape(kernel)}(-|$)")
-    if not any(pattern.search(image_parts(image)[2] or "") for image in images):
+    if not any(pattern.search(ImageName.parse(image).tag or "") for image in images):
         report(f"driver {name} runs on kernel {kernel} but its image ({', '.join(images)}) is not built for it; "
                f"use the precompiled tag <branch>-{kernel}-<os>", None)
 
@@ -292,9 +283,9 @@ def _driver_pinned_to_kernel(args: ResourceValidationArgs, report: ReportViolati
 def _no_latest_images(args: ResourceValidationArgs, report: ReportViolation) -> None:
     for container in containers(pod_spec(args.resource_type, args.props) or {}):
         image = str(container.get("image"))
-        _, _, tag, digest = image_parts(image)
-        if tag == "latest" or not (tag or digest):
-            why = "the :latest tag" if tag == "latest" else "no tag"
+        name = ImageName.parse(image)
+        if name.tag == "latest" or not (name.tag or name.digest):
+            why = "the :latest tag" if name.tag == "latest" else "no tag"
             report(f"container {container.get('name')} of {describe(args.resource_type, args.props)} runs {image} "
                    f"with {why}, which changes under a running cluster; pin a version tag or an @sha256 digest", None)
 
@@ -303,7 +294,8 @@ def _allowed_registries(args: ResourceValidationArgs, report: ReportViolation) -
     allowed = [str(entry).rstrip("/") for entry in args.get_config().get("allowedRegistries", DEFAULT_REGISTRIES)]
     for container in containers(pod_spec(args.resource_type, args.props) or {}):
         image = str(container.get("image"))
-        registry, repository, _, _ = image_parts(image)
+        name = ImageName.parse(image)
+        registry, repository = name.registry, f"{name.registry}/{name.repository}"
         if not any(registry == entry or repository.startswith(f"{entry}/") for entry in allowed):
             report(f"container {container.get('name')} of {describe(args.resource_type, args.props)} pulls {image} "
                    f"from {registry}, which is not allowed ({', '.join(allowed)}); mirror the image into an allowed "

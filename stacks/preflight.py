@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from email.message import Message
 
+from components.images import DOCKER_HUB, ImageName
 from stacks.config import PROJECT, ConfigError
 from stacks.inventory import KernelTarget
 
@@ -27,7 +28,7 @@ MANIFEST_MEDIA_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
 )
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
-_DOCKER_HUB = "registry-1.docker.io"
+_DOCKER_HUB_API = "registry-1.docker.io"
 _CHALLENGE_PARAM = re.compile(r'(\w+)="([^"]*)"')
 
 
@@ -49,15 +50,11 @@ class ImageReference:
 
     @classmethod
     def parse(cls, image: str) -> ImageReference:
-        """Split `registry/repository:tag`; a name without a registry host is on Docker Hub, as docker reads it."""
-        name, _, tag = image.rpartition(":")
-        if not name or not tag or "/" in tag:
+        """Split `registry/repository:tag`; Docker Hub names are asked of Docker Hub's API host."""
+        name = ImageName.parse(image)
+        if not name.tag:
             raise PreflightError(f"driver image {image!r} has no tag; expected <registry>/<repository>:<tag>")
-        host, _, path = name.partition("/")
-        if path and ("." in host or ":" in host or host == "localhost"):
-            registry = _DOCKER_HUB if host == "docker.io" else host
-            return cls(registry, path, tag)
-        return cls(_DOCKER_HUB, name if path else f"library/{name}", tag)
+        return cls(_DOCKER_HUB_API if name.registry == DOCKER_HUB else name.registry, name.repository, name.tag)
 
     @property
     def manifest_url(self) -> str:
