@@ -24,7 +24,7 @@ from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, UnknownValueError, unknown
 from rich.console import Console
 from rich.text import Text
 
-from gpuctl.cli import OK, VIOLATION
+from gpuctl.cli import OK, VIOLATION, load_plan, read_json
 from gpuctl.runtime import UNKNOWN
 from policy.rules import POLICIES
 from stacks.config import ConfigError
@@ -189,20 +189,9 @@ def print_report(violations: list[Violation], resources: int, console: Console) 
         console.print(f"{len(POLICIES)} policies passed on {resources} resources")
 
 
-def _read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file; {what}") from None
-    except OSError as error:
-        raise ConfigError(f"{path}: {error.strerror}") from None
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"{path}: not JSON ({error.msg} at line {error.lineno})") from None
-
-
 def read_policy_config(path: str | None) -> Any:
     """The policy pack config file (JSON, as `--policy-pack-config` takes), or None when not given."""
-    return _read_json(Path(path), "pass a policy pack config file") if path else None
+    return read_json(Path(path), "pass a policy pack config file") if path else None
 
 
 def has_mandatory(violations: list[Violation]) -> bool:
@@ -210,13 +199,7 @@ def has_mandatory(violations: list[Violation]) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    directory = Path(args.dir)
-    if not directory.is_dir():
-        raise ConfigError(f"{directory}: no such directory; render one with `python -m gpuctl render --stack NAME "
-                          f"--out {directory}`")
-    plan = _read_json(directory / "plan.json", f"render the stack into {directory} first")
-    if not isinstance(plan, dict):
-        raise ConfigError(f"{directory / 'plan.json'}: not a rendered plan; render it with `python -m gpuctl render`")
+    plan = load_plan(args.dir)
     violations = check_plan(plan, read_policy_config(args.policy_config))
     if args.json:
         print(json.dumps({"stack": plan.get("stack"), "violations": [asdict(v) for v in violations],

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from gpuctl.stackfile import StackFile, load_stack_file, stack_file_path
-from stacks.config import ConfigError
+from stacks.config import PROJECT, ConfigError
 from stacks.inventory import ObservedNode, parse_node_list
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,14 +37,37 @@ def stack_file(args: argparse.Namespace, root: Path = ROOT) -> StackFile:
     return load_stack_file(stack_file_path(root, args.stack), args.stack)
 
 
+def read_json(path: Path, fix: str, label: str | None = None) -> Any:
+    """A JSON file's content; a missing, unreadable or malformed file is one ConfigError line ending in `fix`."""
+    where = label or str(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: no such file; {fix}") from None
+    except OSError as error:
+        raise ConfigError(f"{where}: {error.strerror}; {fix}") from None
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{where}: not JSON ({error.msg} at line {error.lineno}); {fix}") from None
+
+
+def load_plan(directory: str | Path) -> dict[str, Any]:
+    """DIR/plan.json as `gpuctl render` wrote it."""
+    path = Path(directory) / "plan.json"
+    fix = f"render one with `python -m gpuctl render --stack NAME --out {directory}`"
+    plan = read_json(path, fix)
+    if not isinstance(plan, dict) or not isinstance(plan.get("resources"), list):
+        raise ConfigError(f"{path}: not a rendered plan; {fix}")
+    return plan
+
+
+def empty_plan(stack: str) -> dict[str, Any]:
+    """The plan of a stack that does not exist yet: everything in a diff against it is a create."""
+    return {"project": PROJECT, "stack": stack, "resources": [], "outputs": {}}
+
+
 def observed_nodes(path: str | None) -> list[ObservedNode] | None:
     """Parse a `kubectl get nodes -o json` file, or None when no file was given."""
     if path is None:
         return None
-    try:
-        document = json.loads(Path(path).read_text())
-    except OSError as error:
-        raise ConfigError(f"--observed-nodes {path}: {error.strerror}; pass a `kubectl get nodes -o json` file") from None
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"--observed-nodes {path}: not JSON ({error.msg} at line {error.lineno})") from None
+    document = read_json(Path(path), "pass a `kubectl get nodes -o json` file", label=f"--observed-nodes {path}")
     return parse_node_list(document, path)

@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from dataclasses import dataclass, field
 from graphlib import TopologicalSorter
-from pathlib import Path
 from typing import Any
 
 from deepdiff import DeepDiff
@@ -17,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from components import labels
-from gpuctl.cli import OK, observed_nodes
+from gpuctl.cli import OK, load_plan, observed_nodes
 from stacks.config import ConfigError
 from stacks.inventory import KernelTarget, ObservedNode
 
@@ -204,19 +202,6 @@ def print_diff(diff: PlanDiff, console: Console) -> None:
     changes = len(diff.steps)
     console.print(f"    {changes} change{'s' if changes != 1 else ''}. {summary['same']} unchanged"
                   if changes else f"    {summary['same']} unchanged")
-
-
-def load_plan(directory: str) -> dict[str, Any]:
-    path = Path(directory) / "plan.json"
-    try:
-        plan = json.loads(path.read_text())
-    except OSError:
-        raise ConfigError(f"{path}: no rendered plan here; run `python -m gpuctl render --out {directory}` first") from None
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"{path}: not JSON ({error.msg} at line {error.lineno}); render it again") from None
-    if not isinstance(plan, dict) or not isinstance(plan.get("resources"), list):
-        raise ConfigError(f"{path}: not a gpuctl plan (no resources list); render it again")
-    return plan
 
 
 def console() -> Console:

@@ -13,10 +13,10 @@ from typing import Any
 
 from gpuctl import check
 from gpuctl import diff as plan_diff
-from gpuctl.cli import OK, ROOT, VIOLATION, add_stack_arguments, observed_nodes, stack_file
+from gpuctl.cli import OK, ROOT, VIOLATION, add_stack_arguments, empty_plan, observed_nodes, stack_file
 from gpuctl.render import preflight, render_plan
 from gpuctl.stackfile import stack_file_path
-from stacks.config import PROJECT, ConfigError
+from stacks.config import ConfigError
 
 
 def _git(*args: str, cwd: Path = ROOT) -> str:
@@ -37,7 +37,7 @@ def render_at(ref: str, stack: str, observed_file: str | None) -> dict[str, Any]
         _git("worktree", "add", "--detach", "--quiet", str(tree), commit)
         try:
             if not stack_file_path(tree, stack).is_file():
-                return {"project": PROJECT, "stack": stack, "resources": [], "outputs": {}}
+                return empty_plan(stack)
             out = Path(scratch) / "plan"
             command = [sys.executable, "-m", "gpuctl", "render", "--stack", stack, "--out", str(out), "--offline"]
             if observed_file:
@@ -55,8 +55,7 @@ def run(args: argparse.Namespace) -> int:
     observed = observed_nodes(args.observed_nodes)
     new = render_plan(stack_file(args), observed, online=not args.offline)
     checked = preflight(new, args.offline)
-    old = render_at(args.base, args.stack, args.observed_nodes) if args.base else \
-        {"project": PROJECT, "stack": args.stack, "resources": [], "outputs": {}}
+    old = render_at(args.base, args.stack, args.observed_nodes) if args.base else empty_plan(args.stack)
     changes = plan_diff.diff_plans(old, new)
     plan_diff.refuse_driver_removal(changes, observed or [])
     violations = check.check_plan(new, check.read_policy_config(args.policy_config))
