@@ -15,7 +15,6 @@ from components.manifests import child_options, daemonset_spec, host_path, metad
 RUNTIME_CLASS = "nvidia"
 DRIVER_ROOT = "/run/nvidia/driver"
 TOOLKIT_ROOT = "/usr/local/nvidia"
-NFD_GROUP = "nfd.k8s-sigs.io"
 
 
 @dataclass(frozen=True)
@@ -62,9 +61,10 @@ class DevicePluginStack(pulumi.ComponentResource):
             "volumeMounts": [{"name": "run-nvidia", "mountPath": "/run/nvidia", "readOnly": True}],
         }
 
-    def _service_account(self, name: str, account: str, opts: pulumi.ResourceOptions) -> None:
+    def _service_account(self, name: str, account: str, opts: pulumi.ResourceOptions, *,
+                         api_access: bool = False) -> None:
         k8s.core.v1.ServiceAccount(f"{name}-sa-{account}", metadata=metadata(account, self.namespace),
-                                   automount_service_account_token=False, opts=opts)
+                                   automount_service_account_token=api_access, opts=opts)
 
     def _toolkit(self, name: str, args: DevicePluginStackArgs, opts: pulumi.ResourceOptions) -> k8s.apps.v1.DaemonSet:
         account = "nvidia-container-toolkit"
@@ -149,9 +149,9 @@ class DevicePluginStack(pulumi.ComponentResource):
                            opts: pulumi.ResourceOptions) -> k8s.apps.v1.DaemonSet:
         """GFD publishes GPU model, memory and CUDA labels through NFD's NodeFeature API: it needs only that."""
         account = "nvidia-gpu-feature-discovery"
-        k8s.core.v1.ServiceAccount(f"{name}-sa-{account}", metadata=metadata(account, self.namespace), opts=opts)
+        self._service_account(name, account, opts, api_access=True)
         k8s.rbac.v1.Role(f"{name}-gfd-role", metadata=metadata(account, self.namespace), rules=[
-            {"apiGroups": [NFD_GROUP], "resources": ["nodefeatures"], "verbs": ["create", "get", "update"]}],
+            {"apiGroups": [labels.NFD_API_GROUP], "resources": ["nodefeatures"], "verbs": ["create", "get", "update"]}],
             opts=opts)
         k8s.rbac.v1.RoleBinding(
             f"{name}-gfd-binding", metadata=metadata(account, self.namespace),

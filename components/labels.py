@@ -11,6 +11,7 @@ GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedu
 
 # Node Feature Discovery labels.
 NFD_PREFIX = "feature.node.kubernetes.io"
+NFD_API_GROUP = "nfd.k8s-sigs.io"
 NVIDIA_PCI_LABEL = f"{NFD_PREFIX}/pci-10de.present"
 KERNEL_LABEL = f"{NFD_PREFIX}/kernel-version.full"
 OS_ID_LABEL = f"{NFD_PREFIX}/system-os_release.ID"

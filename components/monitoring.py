@@ -32,8 +32,8 @@ ALERTS = [
      "15m", "critical", "Driver DaemonSet {{ $labels.daemonset }} has unavailable pods",
      "Nodes on this kernel have no working driver and no GPUs. Check the driver pod logs and the image tag."),
     ("GpuNodeWithoutAllocatableGpus",
-     f'kube_node_status_allocatable{{resource="nvidia_com_gpu"}} == 0 '
-     f'and on(node) kube_node_labels{{label_feature_node_kubernetes_io_pci_10de_present="true"}}',
+     'kube_node_status_allocatable{resource="nvidia_com_gpu"} == 0 '
+     'and on(node) kube_node_labels{label_feature_node_kubernetes_io_pci_10de_present="true"}',
      "15m", "warning", "GPU node {{ $labels.node }} advertises no GPUs",
      "The device plugin is not advertising nvidia.com/gpu. Check the driver, toolkit and device plugin pods."),
 ]

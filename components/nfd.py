@@ -11,7 +11,6 @@ import yaml
 from components import labels
 from components.manifests import child_options, daemonset_spec, host_path, metadata, privileged_scc_binding
 
-NFD_GROUP = "nfd.k8s-sigs.io"
 NFD_CRDS = {"NodeFeature": "nodefeatures", "NodeFeatureRule": "nodefeaturerules",
             "NodeFeatureGroup": "nodefeaturegroups"}
 NAMESPACED_CRDS = {"NodeFeature", "NodeFeatureGroup"}
@@ -61,7 +60,7 @@ class NfdStack(pulumi.ComponentResource):
             privileged_scc_binding(f"{name}-worker-scc", args.namespace, ["nfd-worker"], in_ns)
         k8s.apiextensions.CustomResource(
             f"{name}-nvidia-rule",
-            api_version=f"{NFD_GROUP}/v1alpha1",
+            api_version=f"{labels.NFD_API_GROUP}/v1alpha1",
             kind="NodeFeatureRule",
             metadata=metadata("nvidia-gpu"),
             spec={"rules": [{
@@ -79,9 +78,9 @@ class NfdStack(pulumi.ComponentResource):
     def _crd(self, name: str, kind: str, plural: str, opts: pulumi.ResourceOptions):
         return k8s.apiextensions.v1.CustomResourceDefinition(
             f"{name}-crd-{plural}",
-            metadata=metadata(f"{plural}.{NFD_GROUP}"),
+            metadata=metadata(f"{plural}.{labels.NFD_API_GROUP}"),
             spec={
-                "group": NFD_GROUP,
+                "group": labels.NFD_API_GROUP,
                 "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()},
                 "scope": "Namespaced" if kind in NAMESPACED_CRDS else "Cluster",
                 "versions": [{
@@ -101,17 +100,17 @@ class NfdStack(pulumi.ComponentResource):
         rules = {
             "nfd-master": [
                 {"apiGroups": [""], "resources": ["nodes", "nodes/status"], "verbs": ["get", "list", "patch", "update"]},
-                {"apiGroups": [NFD_GROUP], "resources": list(NFD_CRDS.values()), "verbs": ["get", "list", "watch"]},
-                {"apiGroups": [NFD_GROUP], "resources": ["nodefeaturegroups/status"], "verbs": ["patch", "update"]},
+                {"apiGroups": [labels.NFD_API_GROUP], "resources": list(NFD_CRDS.values()), "verbs": ["get", "list", "watch"]},
+                {"apiGroups": [labels.NFD_API_GROUP], "resources": ["nodefeaturegroups/status"], "verbs": ["patch", "update"]},
             ],
             "nfd-gc": [
                 {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
-                {"apiGroups": [NFD_GROUP], "resources": ["nodefeatures"], "verbs": ["list", "delete"]},
+                {"apiGroups": [labels.NFD_API_GROUP], "resources": ["nodefeatures"], "verbs": ["list", "delete"]},
             ],
         }
         namespaced_rules = {
             "nfd-worker": [
-                {"apiGroups": [NFD_GROUP], "resources": ["nodefeatures"], "verbs": ["create", "get", "update"]},
+                {"apiGroups": [labels.NFD_API_GROUP], "resources": ["nodefeatures"], "verbs": ["create", "get", "update"]},
                 {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
             ],
             "nfd-master": [
