@@ -9,7 +9,7 @@ import pulumi
 from stacks.config import ConfigError, StackConfig, load_stack_config
 from stacks.discovery import read_live_nodes
 from stacks.inventory import KernelInventory, ObservedNode
-from stacks.platform import GpuPlatform
+from stacks.gpu_platform import GpuPlatform
 from stacks.preflight import check_driver_images
 
 

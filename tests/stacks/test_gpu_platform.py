@@ -1,4 +1,4 @@
-"""stacks.platform: GpuPlatform's dependency graph, its stack outputs, and how kernels become driver DaemonSets."""
+"""stacks.gpu_platform: GpuPlatform's dependency graph, its stack outputs, and how kernels become driver DaemonSets."""
 
 from __future__ import annotations
 
