@@ -268,3 +268,16 @@ def test_actions_are_pinned_to_a_release(name):
 @pytest.mark.parametrize("name", ["preview.yml", "deploy.yml"])
 def test_token_is_read_only_unless_a_job_asks(name):
     assert load(name)["permissions"] == {"contents": "read"}
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+def test_deploy_runs_the_policy_pack_on_a_preview_before_up(deploy, stack):
+    # Stack policies run only after `pulumi up` has registered every resource, so a mandatory stack-policy
+    # violation must stop the job in a preview, before the update.
+    _, job = deploy_jobs(deploy)[stack]
+    (preview_step,) = pulumi_steps(job, "preview")
+    (up,) = pulumi_steps(job, "up")
+    assert index_of(job, preview_step) < index_of(job, up)
+    assert preview_step["with"]["policyPacks"] == "policy"
+    assert preview_step["with"]["stack-name"] == up["with"]["stack-name"]
+    assert "continue-on-error" not in preview_step, "a failed preview must stop the job"
