@@ -16,19 +16,10 @@ from rich.markup import escape
 
 from components import labels
 from gpuctl.cli import OK, load_plan, observed_nodes
+from gpuctl.replacements import replace_reasons
 from stacks.config import ConfigError
 from stacks.inventory import KernelTarget, ObservedNode
 
-# Properties the providers cannot change in place (besides each resource's own replaceOnChanges).
-FORCE_NEW: list[tuple[re.Pattern[str], tuple[str, ...]]] = [
-    (re.compile(r"^kubernetes:"), ("metadata.name", "metadata.namespace")),
-    (re.compile(r"^kubernetes:apps/v1:(DaemonSet|Deployment|StatefulSet|ReplicaSet)$"), ("spec.selector",)),
-    (re.compile(r"^kubernetes:batch/v1:Job$"), ("spec.selector", "spec.template")),
-    (re.compile(r"^kubernetes:node.k8s.io/v1:RuntimeClass$"), ("handler",)),
-    (re.compile(r"^kubernetes:scheduling.k8s.io/v1:PriorityClass$"), ("value",)),
-    (re.compile(r"^aws:ec2/launchTemplate:LaunchTemplate$"), ("name",)),
-    (re.compile(r"^aws:autoscaling/group:Group$"), ("name",)),
-]
 SYMBOLS = {"create": "+", "update": "~", "replace": "+-", "delete": "-"}
 COLOURS = {"create": "green", "update": "yellow", "replace": "magenta", "delete": "red"}
 DRIVER_DAEMONSET = "kubernetes:apps/v1:DaemonSet"
@@ -100,9 +91,8 @@ def _changes(old: dict[str, Any], new: dict[str, Any], ignore: list[str]) -> lis
 
 
 def _replace_reasons(resource: dict[str, Any], changes: list[Change]) -> list[str]:
-    forced = [prefix for pattern, prefixes in FORCE_NEW if pattern.match(resource["type"]) for prefix in prefixes]
-    forced += resource["options"]["replaceOnChanges"]
-    return sorted({change.path for change in changes if any(_covers(prefix, change.path) for prefix in forced)})
+    return replace_reasons(resource["type"], resource["inputs"], [change.path for change in changes],
+                           extra=resource["options"]["replaceOnChanges"])
 
 
 def _order(plan: dict[str, Any]) -> list[str]:

@@ -37,7 +37,6 @@ def test_in_place_change_is_an_update_with_the_changed_path(dev_plan):
     ("monitoring-service", ("metadata", "name"), "renamed"),
     ("monitoring-service", ("metadata", "namespace"), "elsewhere"),
     ("monitoring-dcgm-exporter", ("spec", "selector", "matchLabels", "app.kubernetes.io/name"), "other"),
-    ("device-plugin-runtime-class", ("handler",), "runc"),
 ])
 def test_forced_new_fields_replace(dev_plan, name, path, value):
     new = copy.deepcopy(dev_plan.document)

@@ -1,0 +1,112 @@
+"""gpuctl.replacements: replace decisions as pulumi-kubernetes v4 makes them (provider/pkg/provider/diff.go)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuctl.replacements import ProviderSettings, deletes_before_replace, replace_reasons
+
+DAEMONSET = "kubernetes:apps/v1:DaemonSet"
+CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+SECRET = "kubernetes:core/v1:Secret"
+
+
+def reasons(resource_type: str, *paths: str, inputs=None, **settings) -> list[str]:
+    return replace_reasons(resource_type, inputs or {}, list(paths), settings=ProviderSettings(**settings))
+
+
+@pytest.mark.parametrize("resource_type", [DAEMONSET, "kubernetes:nvidia.com/v1alpha1:NVIDIADriver",
+                                           "kubernetes:core/v1:Namespace"])
+def test_a_new_name_or_namespace_replaces_every_kubernetes_object(resource_type):
+    # metadataForceNewProperties(".metadata") applies to every kind.
+    assert reasons(resource_type, "metadata.name", "metadata.labels.a") == ["metadata.name"]
+    assert reasons(resource_type, "metadata.namespace") == ["metadata.namespace"]
+
+
+def test_a_daemonset_selector_replaces_but_its_pod_template_updates_in_place():
+    # var daemonset = .spec.selector (+ labelSelectorForceNewProperties); the template is not force-new.
+    assert reasons(DAEMONSET, "spec.selector.matchLabels.app") == ["spec.selector.matchLabels.app"]
+    assert reasons(DAEMONSET, "spec.template.spec.containers[0].image", "spec.updateStrategy.type") == []
+
+
+def test_a_job_template_replaces():
+    # var job = .spec.completions, .spec.parallelism, .spec.selector, .spec.template
+    assert reasons("kubernetes:batch/v1:Job", "spec.template.spec.containers[0].env[1].value",
+                   "spec.backoffLimit") == ["spec.template.spec.containers[0].env[1].value"]
+
+
+@pytest.mark.parametrize("kind", ["RoleBinding", "ClusterRoleBinding"])
+def test_a_binding_role_ref_replaces(kind):
+    # var roleBinding = .roleRef
+    resource_type = f"kubernetes:rbac.authorization.k8s.io/v1:{kind}"
+    assert reasons(resource_type, "roleRef.name", "subjects[0].name") == ["roleRef.name"]
+
+
+def test_a_config_map_data_change_replaces_unless_the_provider_makes_config_maps_mutable():
+    # forceNewProperties: ConfigMap .binaryData/.data unless enableConfigMapMutable (and not immutable).
+    assert reasons(CONFIG_MAP, "data.config\\.yaml") == ["data.config\\.yaml"]
+    assert reasons(CONFIG_MAP, "data.x", enable_config_map_mutable=True) == []
+    assert reasons(CONFIG_MAP, "data.x", inputs={"immutable": True}, enable_config_map_mutable=True) == ["data.x"]
+
+
+def test_a_secret_data_change_replaces_unless_the_provider_makes_secrets_mutable():
+    # forceNewProperties: Secret .type/.stringData/.data unless enableSecretMutable; .type always (core table).
+    assert reasons(SECRET, "stringData.x", "type") == ["stringData.x", "type"]
+    assert reasons(SECRET, "stringData.x", "type", enable_secret_mutable=True) == ["type"]
+
+
+def test_pod_container_fields_match_any_index():
+    # containerForceNewProperties(".spec.containers[*]", ...)
+    assert reasons("kubernetes:core/v1:Pod", "spec.containers[3].image", "metadata.labels.x") == [
+        "spec.containers[3].image"]
+
+
+def test_a_resource_quota_replaces_on_scopes_only():
+    assert reasons("kubernetes:core/v1:ResourceQuota", "spec.hard.requests\\.nvidia\\.com/gpu", "spec.scopes") == [
+        "spec.scopes"]
+
+
+def test_a_prefix_matches_whole_segments_only():
+    assert reasons(DAEMONSET, "spec.selectorX") == []
+
+
+def test_a_helm_release_replaces_on_name_or_namespace_only():
+    # helm_release.go Diff: forceNewFields := []string{".name", ".namespace"}
+    release = "kubernetes:helm.sh/v3:Release"
+    assert reasons(release, "version", "values.driver.enabled", "namespace") == ["namespace"]
+
+
+def test_replace_on_changes_adds_to_the_provider_rules():
+    assert replace_reasons(DAEMONSET, {}, ["spec.template.metadata"], extra=["spec.template"]) == [
+        "spec.template.metadata"]
+
+
+def test_a_named_kubernetes_object_is_deleted_before_its_replacement():
+    # provider.go Diff: deleteBeforeReplace when named, not autonamed, same name and namespace.
+    same = {"metadata": {"name": "a", "namespace": "n"}}
+    assert deletes_before_replace(DAEMONSET, same, same)
+    assert not deletes_before_replace(DAEMONSET, same, {"metadata": {"name": "b", "namespace": "n"}})
+    assert not deletes_before_replace("aws:ec2/launchTemplate:LaunchTemplate", {}, {})
+
+
+def test_a_launch_template_change_is_a_new_version_unless_its_name_changes():
+    # aws_launch_template: name, name_prefix ForceNew; template data updates make a new version.
+    launch_template = "aws:ec2/launchTemplate:LaunchTemplate"
+    assert reasons(launch_template, "imageId", "userData", "tagSpecifications[0].tags.a") == []
+    assert reasons(launch_template, "name") == ["name"]
+
+
+def test_an_auto_scaling_group_is_replaced_only_for_its_name_or_initial_lifecycle_hooks():
+    # aws_autoscaling_group: name, name_prefix, initial_lifecycle_hook ForceNew.
+    group = "aws:autoscaling/group:Group"
+    assert reasons(group, "desiredCapacity", "launchTemplate.version", "tags[2].value") == []
+    assert reasons(group, "initialLifecycleHooks[0].heartbeatTimeout") == ["initialLifecycleHooks[0].heartbeatTimeout"]
+
+
+def test_a_placement_group_strategy_change_replaces_it():
+    # aws_placement_group: name, strategy, partition_count, spread_level ForceNew; tags update.
+    assert reasons("aws:ec2/placementGroup:PlacementGroup", "strategy", "tags.a") == ["strategy"]
+
+
+def test_unknown_types_have_no_provider_rule():
+    assert reasons("random:index/randomId:RandomId", "byteLength") == []
