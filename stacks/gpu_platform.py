@@ -97,7 +97,8 @@ class GpuPlatform(pulumi.ComponentResource):
         return PULL_SECRET
 
     def _priority_classes(self) -> list[k8s.scheduling.v1.PriorityClass]:
-        child = pulumi.ResourceOptions(parent=self)
+        # The API server refuses a changed `value`, and pulumi-kubernetes would try it in place: replace instead.
+        child = pulumi.ResourceOptions(parent=self, replace_on_changes=["value"], delete_before_replace=True)
         return [
             k8s.scheduling.v1.PriorityClass(
                 "priority-high", metadata=metadata(labels.HIGH_PRIORITY_CLASS), value=100000,

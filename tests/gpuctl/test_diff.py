@@ -49,6 +49,16 @@ def test_forced_new_fields_replace(dev_plan, name, path, value):
     assert step.replace_reasons == [".".join(path)]
 
 
+def test_a_priority_class_value_change_is_a_replace_the_api_server_accepts(dev_plan):
+    # PriorityClass.value is immutable in the API; the provider has no force-new rule for it, so the program asks.
+    new = copy.deepcopy(dev_plan.document)
+    priority = named(new, "priority-high")
+    assert priority["options"]["deleteBeforeReplace"] is True
+    priority["inputs"]["value"] = 200000
+    [step] = diff_plans(dev_plan.document, new).steps
+    assert (step.op, step.replace_reasons) == ("replace", ["value"])
+
+
 def test_replace_on_changes_option_forces_replacement(dev_plan):
     new = copy.deepcopy(dev_plan.document)
     job = named(new, "device-plugin-validation")
