@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -231,3 +232,76 @@ def test_failed_render_leaves_a_previous_render_untouched(bad_runs) -> None:
     assert result.returncode == 2
     assert sorted(p.name for p in out.iterdir()) == ["plan.json"]
     assert (out / "plan.json").read_text() == "{}"
+
+
+# -- --out never destroys anything ----------------------------------------------------------------------------------
+
+
+def snapshot(path: Path) -> dict[str, bytes]:
+    """Every file under `path` (or `path` itself) with its content."""
+    if path.is_file():
+        return {path.name: path.read_bytes()}
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("target", [".", "components", "README.md", "/proc"])
+def test_out_refuses_anything_but_an_empty_folder_or_an_earlier_render(target: str) -> None:
+    before = snapshot(ROOT / target) if target != "/proc" else None
+
+    result = finish(gpuctl("render", "--stack", "dev", "--offline", "--out", target))
+
+    assert result.returncode == 2
+    assert len(result.stderr.splitlines()) == 1 and f"--out {target}:" in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    if before is not None:
+        assert snapshot(ROOT / target) == before
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_out_refuses_a_folder_it_cannot_write(tmp_path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        result = finish(gpuctl("render", "--stack", "dev", "--offline", "--out", str(locked / "out")))
+    finally:
+        locked.chmod(0o700)
+
+    assert result.returncode == 2 and "not writable" in result.stderr
+    assert not (locked / "out").exists()
+
+
+def test_rendering_again_replaces_an_earlier_render(tmp_path) -> None:
+    from gpuctl.render import MARKER, write_render
+
+    out = tmp_path / "out"
+    write_render(render_stack("dev").document, out)
+    (out / "manifests" / "stale.yaml").write_text("kind: Stale\n")
+
+    write_render(render_stack("dev").document, out)
+
+    assert (out / MARKER).is_file() and not (out / "manifests" / "stale.yaml").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_an_interrupted_render_leaves_the_previous_render_intact(tmp_path, monkeypatch) -> None:
+    from gpuctl.render import write_render
+
+    out = tmp_path / "out"
+    write_render(render_stack("dev").document, out)
+    before = snapshot(out)
+    real_rename = Path.rename
+    interrupts = [KeyboardInterrupt()]
+
+    def interrupted(self: Path, target):
+        if Path(target) == out.resolve() and interrupts:
+            raise interrupts.pop()
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_render(render_stack("dev").document, out)
+    monkeypatch.setattr(Path, "rename", real_rename)
+
+    assert snapshot(out) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
