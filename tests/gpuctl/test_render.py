@@ -176,7 +176,17 @@ def write_bad_inputs(directory: Path) -> dict[str, list[str]]:
     config = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
     config["config"]["gpu-platform:registryPullSecret"] = '{"auths": {"nvcr.io": {"auth": "plain-text"}}}'
     (directory / "plain-secret.yaml").write_text(yaml.safe_dump(config))
+    shipped = (ROOT / "Pulumi.dev.yaml").read_text()
+    edits = {"namespace-typo": ("gpu-platform:tenants", "gpuplatform:tenants"),
+             "duplicate-key": ("config:\n", "config:\n  gpu-platform:tenants: []\n"),
+             "yaml11-bool": ("gpus: 6", "gpus: yes"),
+             "huge-replicas": ("replicas: 2", "replicas: 1000000000000000000000000000000")}
+    for case, (old, new) in edits.items():
+        assert old in shipped
+        (directory / f"{case}.yaml").write_text(shipped.replace(old, new, 1))
+    (directory / "not-utf8.yaml").write_bytes(shipped.encode().replace(b"dev", b"d\xe9v", 1))
     return {
+        **{case: ["--config-file", str(directory / f"{case}.yaml")] for case in [*edits, "not-utf8"]},
         "plain-text-secret": ["--config-file", str(directory / "plain-secret.yaml")],
         "unknown-instance": ["--config-file", str(directory / "unknown-instance.yaml")],
         "yaml-syntax": ["--config-file", str(directory / "syntax.yaml")],
@@ -192,6 +202,11 @@ EXPECTED_IN_MESSAGE = {
     "missing-stack": ["Pulumi.no-such-stack.yaml"],
     "observed-not-json": ["--observed-nodes", "nodes.json", "not JSON"],
     "missing-out": ["--out"],
+    "namespace-typo": ["gpuplatform:tenants", "unknown config namespace", "did you mean gpu-platform:tenants?"],
+    "duplicate-key": ["gpu-platform:tenants", "appears twice", "keep one"],
+    "yaml11-bool": ["tenants[0].gpus", "must be a number, not 'yes'"],
+    "huge-replicas": ["nodePools[0].replicas", "too large", "at most 1000"],
+    "not-utf8": ["not-utf8.yaml", "not UTF-8", "save the file as UTF-8"],
 }
 
 
