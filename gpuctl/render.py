@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -18,7 +19,7 @@ import sys
 from gpuctl.cli import OK, VIOLATION, add_stack_arguments, observed_nodes, stack_file
 from gpuctl.runtime import run_program
 from gpuctl.stackfile import StackFile
-from stacks.config import load_stack_config
+from stacks.config import ConfigError, load_stack_config
 from stacks.inventory import KernelTarget, ObservedNode
 from stacks.preflight import RegistryUnreachable, check_driver_images
 from stacks.program import build
@@ -84,26 +85,56 @@ def schema_errors(objects: list[dict[str, Any]], kubernetes_version: str) -> lis
     return errors
 
 
+MARKER = ".gpuctl-render"
+
+
+def check_out(out: Path) -> Path:
+    """The folder `render --out` may write: new, empty, or an earlier render; anything else is a ConfigError."""
+    fix = "pass a new or empty folder, or one an earlier `gpuctl render` wrote"
+    target = out.resolve()
+    if target.exists() and not target.is_dir():
+        raise ConfigError(f"--out {out}: is a file, not a folder; {fix}")
+    if target.is_dir() and any(target.iterdir()) and not (target / MARKER).is_file():
+        raise ConfigError(f"--out {out}: holds files that no render wrote, refusing to replace them; {fix}")
+    parent = next((folder for folder in target.parents if folder.exists()), None)
+    writable = parent is not None and os.access(parent, os.W_OK | os.X_OK)
+    if not writable or (target.is_dir() and not os.access(target, os.W_OK)):
+        raise ConfigError(f"--out {out}: not writable; {fix} in a writable place")
+    return target
+
+
 def write_render(plan: dict[str, Any], out: Path) -> int:
-    """Write plan.json and manifests/ to `out` at once (a failed render leaves `out` untouched)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".render-", dir=out.parent))
+    """Write plan.json and manifests/ to `out` at once: a failed or interrupted render leaves `out` as it was."""
+    target = check_out(out)
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.render-", dir=target.parent))
+    except OSError as error:
+        raise ConfigError(f"--out {out}: {error.strerror}; pass a folder in a writable place") from None
+    retired = staging.with_name(staging.name + "-old")
+    try:
+        (staging / MARKER).write_text("written by gpuctl render; the folder is replaced as a whole\n")
         (staging / "plan.json").write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
         (staging / "manifests").mkdir()
         objects = manifests(plan)
         for manifest in objects:
             (staging / "manifests" / manifest_filename(manifest)).write_text(
                 yaml.safe_dump(manifest, sort_keys=False))
-        if out.exists():
-            shutil.rmtree(out)
-        staging.rename(out)
+        if target.exists():
+            target.rename(retired)
+        staging.rename(target)
+    except OSError as error:
+        raise ConfigError(f"--out {out}: {error.strerror}; the previous content is unchanged") from None
     finally:
+        if retired.exists() and not target.exists():
+            retired.rename(target)
         shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(retired, ignore_errors=True)
     return len(objects)
 
 
 def run(args: argparse.Namespace) -> int:
+    check_out(Path(args.out))
     plan = render_plan(stack_file(args), observed_nodes(args.observed_nodes), online=not args.offline)
     checked = preflight(plan, args.offline)
     errors = schema_errors(manifests(plan), plan["outputs"]["kubernetesVersion"])
@@ -120,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
 def register(commands) -> None:
     parser = commands.add_parser("render", help="render a stack to DIR/plan.json and DIR/manifests/")
     add_stack_arguments(parser)
-    parser.add_argument("--out", required=True, help="output directory (replaced as a whole)")
+    parser.add_argument("--out", required=True, help="output folder: new, empty or an earlier render (replaced as a whole; anything else is refused)")
     parser.add_argument("--offline", action="store_true",
                         help="no network: skip the driver image preflight and live node discovery")
     parser.set_defaults(run=run)

@@ -20,6 +20,11 @@ RESERVED_NAMESPACES = re.compile(r"^(default|kube-.*|openshift.*|gpu-system|node
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
+# Sane upper bounds: far above any real pool or quota, low enough to catch a stray digit.
+MAX_POOL_NODES = 1000
+MAX_TENANT_GPUS = 100_000
+
+
 class ConfigError(ValueError):
     """A stack configuration mistake, already phrased as one line naming the field and the fix."""
 
@@ -83,9 +88,9 @@ class NodePoolConfig(StrictModel):
 
     name: Annotated[str, _dns_label(30)]
     instance_type: str
-    replicas: int = Field(ge=0)
-    min_replicas: int = Field(default=0, ge=0)
-    max_replicas: int | None = Field(default=None, ge=0)
+    replicas: int = Field(ge=0, le=MAX_POOL_NODES)
+    min_replicas: int = Field(default=0, ge=0, le=MAX_POOL_NODES)
+    max_replicas: int | None = Field(default=None, ge=0, le=MAX_POOL_NODES)
     os: str
     kernel: str
     image: str = Field(pattern=r"^ami-[0-9a-f]{8,17}$")
@@ -150,7 +155,7 @@ class TenantConfig(StrictModel):
     """A team with its own namespace and a GPU quota."""
 
     name: Annotated[str, _dns_label(50)]
-    gpus: int = Field(ge=0)
+    gpus: int = Field(ge=0, le=MAX_TENANT_GPUS)
     priority_class: Literal["gpu-high", "gpu-low"] = labels.LOW_PRIORITY_CLASS
     group: str | None = Field(default=None, min_length=1)
 
@@ -261,6 +266,14 @@ def _describe(error: ValidationError) -> str:
         message = "is required"
     elif first["type"] == "string_type":
         message = f"must be text, not {first['input']!r}; quote it in the stack file"
+    elif first["type"] in ("int_parsing", "int_type", "int_from_float", "float_parsing", "float_type"):
+        message = f"must be a number, not {first['input']!r}; write digits only"
+    elif first["type"] in ("greater_than_equal", "greater_than"):
+        message = f"{first['input']!r} is too small; use at least {next(iter(first['ctx'].values()))}"
+    elif first["type"] in ("less_than_equal", "less_than"):
+        message = f"{first['input']!r} is too large; use at most {next(iter(first['ctx'].values()))}"
+    elif first["type"] == "string_pattern_mismatch":
+        message = f"{first['input']!r} is not in the expected format; see this key in the README"
     path = _dotted(first["loc"])
     return f"{PROJECT}:{path}: {message}" if path else f"{PROJECT}: {message}"
 

@@ -65,16 +65,31 @@ class KernelInventory:
         return self.nodes.get(target, ())
 
 
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_NODE_LIST_FIX = "produce it with `kubectl get nodes -o json`"
+
+
 def parse_node_list(document: Any, source: str) -> list[ObservedNode]:
-    """GPU nodes of a `kubectl get nodes -o json` answer (a v1 NodeList), read from their NFD labels."""
-    if not isinstance(document, dict) or not isinstance(document.get("items"), list):
-        raise ConfigError(f"{source}: not a node list; produce it with `kubectl get nodes -o json`")
+    """GPU nodes of a `kubectl get nodes -o json` answer (a v1 NodeList or List of Nodes), from their NFD labels."""
+    if (not isinstance(document, dict) or document.get("apiVersion") != "v1"
+            or document.get("kind") not in ("NodeList", "List") or not isinstance(document.get("items"), list)):
+        kind = document.get("kind") if isinstance(document, dict) else None
+        found = f"a {kind}, " if isinstance(kind, str) and kind not in ("NodeList", "List") else ""
+        raise ConfigError(f"{source}: not a node list ({found}expected a v1 NodeList); {_NODE_LIST_FIX}")
     observed = []
     for index, item in enumerate(document["items"]):
+        if isinstance(item, dict) and item.get("kind", "Node") != "Node":
+            raise ConfigError(f"{source}: items[{index}] is a {item['kind']}, not a Kubernetes Node; {_NODE_LIST_FIX}")
         meta = item.get("metadata") if isinstance(item, dict) else None
         if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
             raise ConfigError(f"{source}: items[{index}] has no metadata.name; not a Kubernetes node")
         node_labels = meta.get("labels") or {}
+        if not isinstance(node_labels, dict):
+            raise ConfigError(f"{source}: items[{index}].metadata.labels must be a mapping; {_NODE_LIST_FIX}")
+        for key, value in node_labels.items():
+            if not isinstance(value, str) or not _LABEL_VALUE.match(value):
+                raise ConfigError(f"{source}: node {meta['name']}: label {key} has {value!r}, not a valid "
+                                  f"Kubernetes label value; {_NODE_LIST_FIX}")
         if node_labels.get(labels.NVIDIA_PCI_LABEL) != "true":
             continue
         observed.append(_observed_node(meta["name"], node_labels, source))
@@ -92,4 +107,7 @@ def _observed_node(name: str, node_labels: Mapping[str, str], source: str) -> Ob
             f"{source}: GPU node {name} runs {release[0]} {release[1]}, which has no driver images here; "
             f"supported: {', '.join(NODE_OSES)}"
         )
+    if not NODE_OSES[os_name].kernel_pattern.match(kernel):
+        raise ConfigError(f"{source}: GPU node {name}: kernel {kernel!r} is not a {os_name} kernel; "
+                          f"check its {labels.KERNEL_LABEL} label")
     return ObservedNode(name, KernelTarget(os_name, kernel))

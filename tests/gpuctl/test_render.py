@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -175,7 +176,17 @@ def write_bad_inputs(directory: Path) -> dict[str, list[str]]:
     config = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
     config["config"]["gpu-platform:registryPullSecret"] = '{"auths": {"nvcr.io": {"auth": "plain-text"}}}'
     (directory / "plain-secret.yaml").write_text(yaml.safe_dump(config))
+    shipped = (ROOT / "Pulumi.dev.yaml").read_text()
+    edits = {"namespace-typo": ("gpu-platform:tenants", "gpuplatform:tenants"),
+             "duplicate-key": ("config:\n", "config:\n  gpu-platform:tenants: []\n"),
+             "yaml11-bool": ("gpus: 6", "gpus: yes"),
+             "huge-replicas": ("replicas: 2", "replicas: 1000000000000000000000000000000")}
+    for case, (old, new) in edits.items():
+        assert old in shipped
+        (directory / f"{case}.yaml").write_text(shipped.replace(old, new, 1))
+    (directory / "not-utf8.yaml").write_bytes(shipped.encode().replace(b"dev", b"d\xe9v", 1))
     return {
+        **{case: ["--config-file", str(directory / f"{case}.yaml")] for case in [*edits, "not-utf8"]},
         "plain-text-secret": ["--config-file", str(directory / "plain-secret.yaml")],
         "unknown-instance": ["--config-file", str(directory / "unknown-instance.yaml")],
         "yaml-syntax": ["--config-file", str(directory / "syntax.yaml")],
@@ -191,6 +202,11 @@ EXPECTED_IN_MESSAGE = {
     "missing-stack": ["Pulumi.no-such-stack.yaml"],
     "observed-not-json": ["--observed-nodes", "nodes.json", "not JSON"],
     "missing-out": ["--out"],
+    "namespace-typo": ["gpuplatform:tenants", "unknown config namespace", "did you mean gpu-platform:tenants?"],
+    "duplicate-key": ["gpu-platform:tenants", "appears twice", "keep one"],
+    "yaml11-bool": ["tenants[0].gpus", "must be a number, not 'yes'"],
+    "huge-replicas": ["nodePools[0].replicas", "too large", "at most 1000"],
+    "not-utf8": ["not-utf8.yaml", "not UTF-8", "save the file as UTF-8"],
 }
 
 
@@ -231,3 +247,76 @@ def test_failed_render_leaves_a_previous_render_untouched(bad_runs) -> None:
     assert result.returncode == 2
     assert sorted(p.name for p in out.iterdir()) == ["plan.json"]
     assert (out / "plan.json").read_text() == "{}"
+
+
+# -- --out never destroys anything ----------------------------------------------------------------------------------
+
+
+def snapshot(path: Path) -> dict[str, bytes]:
+    """Every file under `path` (or `path` itself) with its content."""
+    if path.is_file():
+        return {path.name: path.read_bytes()}
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("target", [".", "components", "README.md", "/proc"])
+def test_out_refuses_anything_but_an_empty_folder_or_an_earlier_render(target: str) -> None:
+    before = snapshot(ROOT / target) if target != "/proc" else None
+
+    result = finish(gpuctl("render", "--stack", "dev", "--offline", "--out", target))
+
+    assert result.returncode == 2
+    assert len(result.stderr.splitlines()) == 1 and f"--out {target}:" in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    if before is not None:
+        assert snapshot(ROOT / target) == before
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_out_refuses_a_folder_it_cannot_write(tmp_path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        result = finish(gpuctl("render", "--stack", "dev", "--offline", "--out", str(locked / "out")))
+    finally:
+        locked.chmod(0o700)
+
+    assert result.returncode == 2 and "not writable" in result.stderr
+    assert not (locked / "out").exists()
+
+
+def test_rendering_again_replaces_an_earlier_render(tmp_path) -> None:
+    from gpuctl.render import MARKER, write_render
+
+    out = tmp_path / "out"
+    write_render(render_stack("dev").document, out)
+    (out / "manifests" / "stale.yaml").write_text("kind: Stale\n")
+
+    write_render(render_stack("dev").document, out)
+
+    assert (out / MARKER).is_file() and not (out / "manifests" / "stale.yaml").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_an_interrupted_render_leaves_the_previous_render_intact(tmp_path, monkeypatch) -> None:
+    from gpuctl.render import write_render
+
+    out = tmp_path / "out"
+    write_render(render_stack("dev").document, out)
+    before = snapshot(out)
+    real_rename = Path.rename
+    interrupts = [KeyboardInterrupt()]
+
+    def interrupted(self: Path, target):
+        if Path(target) == out.resolve() and interrupts:
+            raise interrupts.pop()
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_render(render_stack("dev").document, out)
+    monkeypatch.setattr(Path, "rename", real_rename)
+
+    assert snapshot(out) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]

@@ -185,7 +185,16 @@ def test_negative_counts_are_rejected(path: tuple, field: str) -> None:
     message = config_error(lambda v: v[path[0]][path[1]].update({field: -1}))
 
     assert message.startswith(f"gpu-platform:{path[0]}[{path[1]}].{field}:"), message
-    assert "greater than or equal to 0" in message
+    assert "-1 is too small; use at least 0" in message
+
+
+@pytest.mark.parametrize(("path", "field", "limit"), [
+    (("nodePools", 0), "replicas", 1000), (("nodePools", 0), "maxReplicas", 1000), (("tenants", 0), "gpus", 100000)])
+def test_absurd_counts_are_rejected(path: tuple, field: str, limit: int) -> None:
+    message = config_error(lambda v: v[path[0]][path[1]].update({field: 10**30}))
+
+    assert message.startswith(f"gpu-platform:{path[0]}[{path[1]}].{field}:"), message
+    assert f"too large; use at most {limit}" in message
 
 
 def test_replicas_must_lie_within_the_autoscaler_bounds() -> None:

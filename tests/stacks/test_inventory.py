@@ -237,3 +237,30 @@ def test_pools_sharing_a_kernel_share_a_target() -> None:
     inventory = KernelInventory.build(config)
 
     assert inventory.targets == (KernelTarget("ubuntu22.04", "6.8.0-1019-aws"), KernelTarget("ubuntu22.04", UBUNTU))
+
+
+def test_a_pod_list_is_not_taken_for_no_gpu_nodes() -> None:
+    pods = {"apiVersion": "v1", "kind": "PodList", "items": [{"kind": "Pod", "metadata": {"name": "p"}}]}
+
+    with pytest.raises(ConfigError, match=r"^nodes.json: not a node list \(a PodList, expected a v1 NodeList\)"):
+        parse_node_list(pods, "nodes.json")
+    with pytest.raises(ConfigError, match=r"items\[0\] is a Pod, not a Kubernetes Node"):
+        parse_node_list(node_list({"kind": "Pod", "metadata": {"name": "p"}}), "nodes.json")
+
+
+@pytest.mark.parametrize(("node_labels", "expected"), [
+    (["feature.node.kubernetes.io/pci-10de.present=true"], "labels must be a mapping"),
+    ({"feature.node.kubernetes.io/kernel-version.full": "6.8.0-1021-aws;rm -rf /"},
+     "not a valid Kubernetes label value"),
+    ({"example.com/count": 3}, "not a valid Kubernetes label value"),
+])
+def test_node_labels_must_be_kubernetes_label_values(node_labels: Any, expected: str) -> None:
+    item = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1", "labels": node_labels}}
+
+    with pytest.raises(ConfigError, match=expected):
+        parse_node_list(node_list(item), "nodes.json")
+
+
+def test_a_kernel_that_does_not_parse_for_its_os_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"gpu-1: kernel '6.8.0-1021-aws' is not a rhcos4.16 kernel"):
+        parse_node_list(node_list(node("gpu-1", kernel=UBUNTU)), "nodes.json")
