@@ -10,12 +10,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import yaml
 
 import argparse
 import sys
 
+from gpuctl import schemas
 from gpuctl.cli import OK, VIOLATION, add_stack_arguments, observed_nodes, stack_file
 from gpuctl.runtime import run_program
 from gpuctl.stackfile import StackFile
@@ -75,11 +75,8 @@ def schema_errors(objects: list[dict[str, Any]], kubernetes_version: str) -> lis
     version = f"{kubernetes_version}.0"
     errors = []
     for manifest in objects:
-        try:
-            kubernetes_validate.validate(manifest, version, strict=True)
-        except kubernetes_validate.SchemaNotFoundError:
-            continue
-        except kubernetes_validate.ValidationError as error:
+        error = schemas.first_error(manifest, version)
+        if error is not None:
             path = ".".join(str(part) for part in error.path)
             errors.append(f"{manifest['kind']}/{manifest['metadata']['name']}: {path}: {error.message}")
     return errors

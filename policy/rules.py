@@ -28,6 +28,7 @@ from components import labels
 from components.images import ImageName
 from components.driver import TARGET_LABEL
 from components.tenant_quota import SYSTEM_PRIORITY_CLASSES
+from policy.index import index
 
 DEFAULT_OVERCOMMIT = 1.0
 DEFAULT_REGISTRIES = ("nvcr.io", "registry.k8s.io")
@@ -120,16 +121,15 @@ def requests_gpus(spec: Mapping[str, Any]) -> bool:
                for c in containers(spec) for section in ("limits", "requests"))
 
 
-def tenant_namespaces(resources: Iterable[PolicyResource]) -> dict[str, PolicyResource]:
+def tenant_namespaces(resources: Sequence[PolicyResource]) -> dict[str, PolicyResource]:
     """Namespaces labelled as a tenant's, by name."""
-    return {dig(r.props, "metadata", "name"): r for r in resources
-            if kind(r.resource_type) == "Namespace" and dig(r.props, "metadata", "labels", labels.TENANT_LABEL)}
+    return {dig(r.props, "metadata", "name"): r for r in index(resources).of_kind("Namespace")
+            if dig(r.props, "metadata", "labels", labels.TENANT_LABEL)}
 
 
-def quotas(resources: Iterable[PolicyResource], namespace: str) -> list[Mapping[str, Any]]:
+def quotas(resources: Sequence[PolicyResource], namespace: str) -> list[Mapping[str, Any]]:
     """The ResourceQuotas of a namespace."""
-    return [r.props for r in resources
-            if kind(r.resource_type) == "ResourceQuota" and dig(r.props, "metadata", "namespace") == namespace]
+    return [r.props for r in index(resources).in_namespace("ResourceQuota", namespace)]
 
 
 def gpu_quota(quota: Mapping[str, Any]) -> Any:
