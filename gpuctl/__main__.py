@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from gpuctl import check, diff, preview, render
+from gpuctl import __version__, check, diff, preview, render
 from gpuctl.cli import BAD_INPUT, Parser
 from stacks.config import ConfigError
 
@@ -13,6 +13,7 @@ COMMANDS = [render, check, diff, preview]
 
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="gpuctl", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"gpuctl {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for command in COMMANDS:
         command.register(commands)
@@ -24,5 +25,10 @@ def main(argv: list[str] | None = None) -> int:
         return BAD_INPUT
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The `gpuctl` console command."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +32,20 @@ def add_stack_arguments(parser: argparse.ArgumentParser, *, config_file: bool = 
     parser.add_argument("--observed-nodes", help="`kubectl get nodes -o json` output: kernels GPU nodes run now")
 
 
-def stack_file(args: argparse.Namespace, root: Path = ROOT) -> StackFile:
+def project_root(start: Path | None = None) -> Path:
+    """The nearest folder from `start` (the working folder) up holding this project's Pulumi.yaml, else ROOT."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "Pulumi.yaml").is_file() and re.search(rf"(?m)^name:\s*{PROJECT}\s*$",
+                                                            (folder / "Pulumi.yaml").read_text(errors="replace")):
+            return folder
+    return ROOT
+
+
+def stack_file(args: argparse.Namespace, root: Path | None = None) -> StackFile:
     if getattr(args, "config_file", None):
         return load_stack_file(Path(args.config_file), args.stack)
-    return load_stack_file(stack_file_path(root, args.stack), args.stack)
+    return load_stack_file(stack_file_path(root or project_root(), args.stack), args.stack)
 
 
 def read_json(path: Path, fix: str, label: str | None = None) -> Any:
