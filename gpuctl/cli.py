@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pydantic
+
 from gpuctl.stackfile import StackFile, load_stack_file, stack_file_path
 from stacks.config import PROJECT, ConfigError
 from stacks.inventory import ObservedNode, parse_node_list
@@ -61,13 +63,49 @@ def read_json(path: Path, fix: str, label: str | None = None) -> Any:
         raise ConfigError(f"{where}: not JSON ({error.msg} at line {error.lineno}); {fix}") from None
 
 
+class _Shape(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(strict=True)
+
+
+class _Options(_Shape):
+    protect: bool
+    deleteBeforeReplace: bool
+    ignoreChanges: list[str]
+    replaceOnChanges: list[str]
+
+
+class _Resource(_Shape):
+    urn: str
+    type: str
+    name: str
+    custom: bool
+    parent: str | None
+    dependencies: list[str]
+    inputs: dict[str, Any]
+    options: _Options
+
+
+class RenderedPlan(_Shape):
+    """The shape of plan.json that check, diff and preview rely on (further keys are allowed)."""
+
+    project: str
+    stack: str
+    resources: list[_Resource]
+    outputs: dict[str, Any]
+
+
 def load_plan(directory: str | Path) -> dict[str, Any]:
     """DIR/plan.json as `gpuctl render` wrote it."""
     path = Path(directory) / "plan.json"
     fix = f"render one with `python -m gpuctl render --stack NAME --out {directory}`"
     plan = read_json(path, fix)
-    if not isinstance(plan, dict) or not isinstance(plan.get("resources"), list):
-        raise ConfigError(f"{path}: not a rendered plan; {fix}")
+    try:
+        RenderedPlan.model_validate(plan)
+    except pydantic.ValidationError as error:
+        first = error.errors()[0]
+        where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in first["loc"]).lstrip(".")
+        problem = "is missing" if first["type"] == "missing" else "has the wrong type"
+        raise ConfigError(f"{path}: not a rendered plan ({where or 'the document'} {problem}); {fix}") from None
     return plan
 
 
