@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from gpuctl import __version__, check, diff, preview, render
@@ -17,12 +18,17 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for command in COMMANDS:
         command.register(commands)
+    # SIGTERM unwinds like Ctrl-C, so every temporary folder and git worktree is removed on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         args = parser.parse_args(argv)
         return args.run(args)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return BAD_INPUT
+    except KeyboardInterrupt:
+        print("error: interrupted; nothing was changed", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 def run() -> None:
