@@ -10,6 +10,7 @@ STACK ?= dev
 $(BIN)/pytest: requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $@
 
 setup: $(BIN)/pytest

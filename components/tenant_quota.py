@@ -22,6 +22,7 @@ class TenantQuotaArgs:
     priority_class: str
     group: str
     pod_security: str = "baseline"
+    protect: bool = True  # the engine refuses to delete a protected namespace: removal takes `retired: true` first
 
 
 class TenantQuota(pulumi.ComponentResource):
@@ -43,7 +44,7 @@ class TenantQuota(pulumi.ComponentResource):
             "pod-security.kubernetes.io/enforce": args.pod_security,
             "pod-security.kubernetes.io/audit": "restricted",
             "pod-security.kubernetes.io/warn": "restricted",
-        }), opts=child_options(self, opts))
+        }), opts=pulumi.ResourceOptions.merge(child_options(self, opts), pulumi.ResourceOptions(protect=args.protect)))
         child = child_options(self, opts, namespace)
         k8s.core.v1.ResourceQuota(f"{name}-gpu-quota", metadata=metadata("gpu-quota", args.name), spec={
             "hard": {labels.GPU_QUOTA_KEY: str(args.gpus)}}, opts=child)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
-from gpuctl import check, diff, preview, render
+from gpuctl import __version__, check, diff, preview, render
 from gpuctl.cli import BAD_INPUT, Parser
 from stacks.config import ConfigError
 
@@ -13,16 +14,27 @@ COMMANDS = [render, check, diff, preview]
 
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="gpuctl", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"gpuctl {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for command in COMMANDS:
         command.register(commands)
+    # SIGTERM unwinds like Ctrl-C, so every temporary folder and git worktree is removed on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         args = parser.parse_args(argv)
         return args.run(args)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return BAD_INPUT
+    except KeyboardInterrupt:
+        print("error: interrupted; nothing was changed", file=sys.stderr)
+        return 128 + signal.SIGINT
+
+
+def run() -> None:
+    """The `gpuctl` console command."""
+    sys.exit(main())
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
+
+import pydantic
 
 from gpuctl.stackfile import StackFile, load_stack_file, stack_file_path
 from stacks.config import PROJECT, ConfigError
@@ -31,10 +34,20 @@ def add_stack_arguments(parser: argparse.ArgumentParser, *, config_file: bool = 
     parser.add_argument("--observed-nodes", help="`kubectl get nodes -o json` output: kernels GPU nodes run now")
 
 
-def stack_file(args: argparse.Namespace, root: Path = ROOT) -> StackFile:
+def project_root(start: Path | None = None) -> Path:
+    """The nearest folder from `start` (the working folder) up holding this project's Pulumi.yaml, else ROOT."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "Pulumi.yaml").is_file() and re.search(rf"(?m)^name:\s*{PROJECT}\s*$",
+                                                            (folder / "Pulumi.yaml").read_text(errors="replace")):
+            return folder
+    return ROOT
+
+
+def stack_file(args: argparse.Namespace, root: Path | None = None) -> StackFile:
     if getattr(args, "config_file", None):
         return load_stack_file(Path(args.config_file), args.stack)
-    return load_stack_file(stack_file_path(root, args.stack), args.stack)
+    return load_stack_file(stack_file_path(root or project_root(), args.stack), args.stack)
 
 
 def read_json(path: Path, fix: str, label: str | None = None) -> Any:
@@ -50,13 +63,49 @@ def read_json(path: Path, fix: str, label: str | None = None) -> Any:
         raise ConfigError(f"{where}: not JSON ({error.msg} at line {error.lineno}); {fix}") from None
 
 
+class _Shape(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(strict=True)
+
+
+class _Options(_Shape):
+    protect: bool
+    deleteBeforeReplace: bool
+    ignoreChanges: list[str]
+    replaceOnChanges: list[str]
+
+
+class _Resource(_Shape):
+    urn: str
+    type: str
+    name: str
+    custom: bool
+    parent: str | None
+    dependencies: list[str]
+    inputs: dict[str, Any]
+    options: _Options
+
+
+class RenderedPlan(_Shape):
+    """The shape of plan.json that check, diff and preview rely on (further keys are allowed)."""
+
+    project: str
+    stack: str
+    resources: list[_Resource]
+    outputs: dict[str, Any]
+
+
 def load_plan(directory: str | Path) -> dict[str, Any]:
     """DIR/plan.json as `gpuctl render` wrote it."""
     path = Path(directory) / "plan.json"
     fix = f"render one with `python -m gpuctl render --stack NAME --out {directory}`"
     plan = read_json(path, fix)
-    if not isinstance(plan, dict) or not isinstance(plan.get("resources"), list):
-        raise ConfigError(f"{path}: not a rendered plan; {fix}")
+    try:
+        RenderedPlan.model_validate(plan)
+    except pydantic.ValidationError as error:
+        first = error.errors()[0]
+        where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in first["loc"]).lstrip(".")
+        problem = "is missing" if first["type"] == "missing" else "has the wrong type"
+        raise ConfigError(f"{path}: not a rendered plan ({where or 'the document'} {problem}); {fix}") from None
     return plan
 
 

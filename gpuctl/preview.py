@@ -34,8 +34,8 @@ def render_at(ref: str, stack: str, observed_file: str | None) -> dict[str, Any]
         raise ConfigError(f"--base {ref}: not a commit in this repository; use a branch, tag or commit") from None
     with tempfile.TemporaryDirectory(prefix="gpuctl-base-") as scratch:
         tree = Path(scratch) / "tree"
-        _git("worktree", "add", "--detach", "--quiet", str(tree), commit)
         try:
+            _git("worktree", "add", "--detach", "--quiet", str(tree), commit)
             if not stack_file_path(tree, stack).is_file():
                 return empty_plan(stack)
             out = Path(scratch) / "plan"
@@ -47,8 +47,10 @@ def render_at(ref: str, stack: str, observed_file: str | None) -> dict[str, Any]
                 reason = (result.stderr.strip().splitlines() or ["it failed"])[-1]
                 raise ConfigError(f"--base {ref}: the stack does not render there: {reason}")
             return json.loads((out / "plan.json").read_text())
-        finally:
-            _git("worktree", "remove", "--force", str(tree))
+        finally:  # also when interrupted while git was still adding it (then it is locked: force twice)
+            subprocess.run(["git", "worktree", "remove", "--force", "--force", str(tree)], cwd=ROOT,
+                           capture_output=True)
+            subprocess.run(["git", "worktree", "prune"], cwd=ROOT, capture_output=True)
 
 
 def run(args: argparse.Namespace) -> int:

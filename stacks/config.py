@@ -158,6 +158,7 @@ class TenantConfig(StrictModel):
     gpus: int = Field(ge=0, le=MAX_TENANT_GPUS)
     priority_class: Literal["gpu-high", "gpu-low"] = labels.LOW_PRIORITY_CLASS
     group: str | None = Field(default=None, min_length=1)
+    retired: bool = Field(default=False, description="unprotect the namespace so a later change may remove it")
 
     @model_validator(mode="after")
     def _check(self) -> TenantConfig:

@@ -60,6 +60,7 @@ class GpuPlatform(pulumi.ComponentResource):
         self.tenants = {
             tenant.name: TenantQuota(f"tenant-{tenant.name}", TenantQuotaArgs(
                 name=tenant.name, gpus=tenant.gpus, priority_class=tenant.priority_class, group=tenant.rbac_group,
+                protect=not tenant.retired,
             ), pulumi.ResourceOptions(parent=self, depends_on=priority_classes))
             for tenant in config.tenants
         }

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Plan, stack_config
+from tests.conftest import Plan, render_stack, stack_config
 
 GPU = "nvidia.com/gpu"
 GPU_QUOTA = "requests.nvidia.com/gpu"
@@ -123,3 +123,18 @@ def test_tenant_objects_are_inside_the_tenant_namespace(dev_plan: Plan) -> None:
                 manifest = resource["inputs"]
                 if resource["type"].endswith(f":{kind}") and manifest["metadata"].get("namespace") == tenant["name"]:
                     assert namespace["urn"] in resource["dependencies"], manifest["metadata"]["name"]
+
+
+def test_tenant_namespaces_are_protected_until_retired() -> None:
+    """Removing a tenant in one edit cannot delete its namespace: the engine refuses to delete a protected one."""
+    config = stack_config("dev")
+    config["gpu-platform:tenants"][0]["retired"] = True
+    retired = config["gpu-platform:tenants"][0]["name"]
+
+    plan = render_stack("dev", config)
+
+    namespaces = {r["inputs"]["metadata"]["name"]: r["options"]["protect"]
+                  for r in plan.of_type("kubernetes:core/v1:Namespace")}
+    tenant_names = {tenant["name"] for tenant in config["gpu-platform:tenants"]}
+    assert {name: protect for name, protect in namespaces.items() if name in tenant_names} == {
+        name: name != retired for name in tenant_names}

@@ -128,3 +128,21 @@ def test_cli_missing_plan_is_bad_input(tmp_path):
     result = gpuctl("diff", str(tmp_path), str(tmp_path))
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("error:") and "plan.json" in result.stderr
+
+
+@pytest.mark.parametrize(("resources", "where"), [
+    ([1], "resources[0] has the wrong type"),
+    ([{"urn": "x", "type": "t", "name": "n", "custom": True, "parent": None, "inputs": {},
+       "options": {"protect": False, "deleteBeforeReplace": False, "ignoreChanges": [], "replaceOnChanges": []}}],
+     "resources[0].dependencies is missing"),
+])
+def test_a_malformed_plan_is_one_line_exit_2(tmp_path, resources: list, where: str) -> None:
+    (tmp_path / "plan.json").write_text(json.dumps(
+        {"project": "gpu-platform", "stack": "dev", "resources": resources, "outputs": {}}))
+
+    result = subprocess.run([sys.executable, "-m", "gpuctl", "diff", str(tmp_path), str(tmp_path)], cwd=ROOT,
+                            capture_output=True, text=True)
+
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [result.stderr.strip()]
+    assert f"not a rendered plan ({where})" in result.stderr

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,3 +94,25 @@ def test_unknown_base_ref_is_bad_input(repo):
     assert result.returncode == 2
     assert result.stderr.strip() == "error: --base no-such-branch: not a commit in this repository; " \
                                     "use a branch, tag or commit"
+
+
+def test_a_terminated_preview_leaves_no_base_worktree_behind() -> None:
+    def base_worktrees() -> set[str]:
+        listing = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=ROOT, capture_output=True,
+                                 text=True).stdout
+        return {line for line in listing.splitlines() if "gpuctl-base-" in line}
+
+    before = base_worktrees()
+    process = subprocess.Popen([sys.executable, "-m", "gpuctl", "preview", "--stack", "dev", "--base", "HEAD",
+                                "--offline"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not base_worktrees() - before and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = base_worktrees() - before
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=60)
+
+    assert started, "the preview never created its base worktree"
+    assert process.returncode == 128 + signal.SIGTERM
+    assert base_worktrees() == before
+    assert not any(Path(line.removeprefix("worktree ")).exists() for line in started)
