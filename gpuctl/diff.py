@@ -154,8 +154,9 @@ def diff_plans(old: dict[str, Any], new: dict[str, Any]) -> PlanDiff:
         reasons = _replace_reasons(resource, changes)
         steps.append(Step("replace" if reasons else "update", resource, changes, reasons))
     # Deletes run last, dependents before what they depend on.
-    steps += [Step("delete", old_by_urn[urn]) for urn in reversed(_order(old)) if urn in old_by_urn
-              and _key(urn) not in new_keys]
+    if any(_key(urn) not in new_keys for urn in old_by_urn):  # ordering the old graph costs: only when needed
+        steps += [Step("delete", old_by_urn[urn]) for urn in reversed(_order(old)) if urn in old_by_urn
+                  and _key(urn) not in new_keys]
     return PlanDiff(steps, same, {**old_by_urn, **new_by_urn})
 
 
