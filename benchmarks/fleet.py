@@ -1,29 +1,45 @@
-"""Fleet-scale render benchmark: the platform's cost per resource against the SDK's own per-resource cost.
+"""Fleet-scale benchmark: `gpuctl render`, `diff` and `check` against the floor of what they must do anyway.
 
-Renders a synthetic stack with thousands of tenants and dozens of pools and kernels, then the same number
-of bare ConfigMaps through the same mock runtime. The ratio of the two per-resource times shows how much
-the program adds on top of registering resources at all; it should stay close to 1 and flat as N grows.
+For each size it writes a synthetic OpenShift stack (tenants, pools, kernels), then times, in this process
+(imports warm, as a long CLI session would see them):
 
-    python -m benchmarks.fleet [--tenants 2000] [--pools 40] [--kernels 20]
+- render: `gpuctl render --config-file STACK --out DIR --offline` against the floor of registering the same
+  number of bare ConfigMaps, of the same mean input size, through the same mock runtime;
+- diff: `gpuctl diff OLD NEW` of two renders (one tenant's quota changed) against loading both plans;
+- check: `gpuctl check DIR` against loading the plan.
+
+    python -m benchmarks.fleet [--sizes 1000,10000,20000]     (or BENCH_SIZES=300 for a smoke run)
+
+Sizes are approximate resource counts. Times are printed, never asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import json
+import os
+import tempfile
 import time
+from pathlib import Path
 
-import pulumi_kubernetes as k8s
+import yaml
 
+from gpuctl.__main__ import main as gpuctl
+from gpuctl.cli import load_plan
 from gpuctl.runtime import run_program
-from stacks.config import PROJECT, load_stack_config
-from stacks.program import build
+from stacks.config import PROJECT
+
+RESOURCES_PER_TENANT = 7  # measured: a tenant is a namespace, quotas, limits, RBAC and pod security
+DEFAULT_SIZES = "1000,10000,20000"
 
 
 def fleet_config(tenants: int, pools: int, kernels: int) -> dict:
     """An OpenShift stack with `pools` pools spread over `kernels` kernels and `tenants` one-GPU tenants."""
     return {
         f"{PROJECT}:cluster": {"name": "bench", "flavor": "openshift", "kubernetesVersion": "1.31",
-                               "infrastructureId": "bench-x1y2z"},
+                               "region": "us-east-1", "infrastructureId": "bench-x1y2z"},
         f"{PROJECT}:nodePools": [{
             "name": f"pool-{index}", "instanceType": "p4d.24xlarge", "replicas": tenants // (8 * pools) + 1,
             "os": "rhcos4.16", "kernel": f"5.14.0-427.{index % kernels}.1.el9_4.x86_64",
@@ -33,33 +49,75 @@ def fleet_config(tenants: int, pools: int, kernels: int) -> dict:
     }
 
 
-def timed(program, config: dict) -> tuple[float, int]:
+def timed(*argv: str) -> float:
+    """Seconds `gpuctl ARGV` takes, its output discarded; a failing command stops the benchmark."""
     start = time.perf_counter()
-    plan = run_program("bench", config, [], program)
-    return time.perf_counter() - start, len(plan["resources"])
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        code = gpuctl(list(argv))
+    seconds = time.perf_counter() - start
+    if code not in (0, 1):  # 1: policy violations or changes found, still a full run
+        raise SystemExit(f"gpuctl {' '.join(argv)} exited {code}")
+    return seconds
 
 
-def bare_resources(count: int):
-    def program():
+def floor_render(count: int, mean_input_bytes: int) -> float:
+    """Seconds to register `count` ConfigMaps of `mean_input_bytes` JSON inputs through the mock runtime."""
+    import pulumi_kubernetes as k8s
+
+    padding = "x" * max(0, mean_input_bytes - 90)
+
+    def program() -> None:
         for index in range(count):
             k8s.core.v1.ConfigMap(f"cm-{index}", metadata={"name": f"cm-{index}", "namespace": "bench"},
-                                  data={"key": "value"})
-    return program
+                                  data={"pad": padding})
+
+    start = time.perf_counter()
+    run_program("bench", {}, [], program)
+    return time.perf_counter() - start
+
+
+def floor_load(*dirs: Path) -> float:
+    start = time.perf_counter()
+    for directory in dirs:
+        load_plan(directory)
+    return time.perf_counter() - start
+
+
+def measure(size: int, work: Path) -> dict:
+    tenants = max(1, size // RESOURCES_PER_TENANT)
+    pools = max(1, tenants // 50)
+    stacks = {}
+    for name, config in (("old", fleet_config(tenants, pools, 10)), ("new", fleet_config(tenants, pools, 10))):
+        if name == "new":
+            config[f"{PROJECT}:tenants"][0]["gpus"] = 2
+        stacks[name] = work / f"Pulumi.{name}.yaml"
+        stacks[name].write_text(yaml.safe_dump({"config": config}))
+    old, new = work / "old", work / "new"
+    render = timed("render", "--config-file", str(stacks["old"]), "--out", str(old), "--offline")
+    timed("render", "--config-file", str(stacks["new"]), "--out", str(new), "--offline")
+    plan = load_plan(old)
+    count = len(plan["resources"])
+    mean_input = sum(len(json.dumps(r["inputs"])) for r in plan["resources"]) // count
+    return {"resources": count, "render": render, "render_floor": floor_render(count, mean_input),
+            "diff": timed("diff", str(old), str(new)), "diff_floor": floor_load(old, new),
+            "check": timed("check", str(old)), "check_floor": floor_load(old)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tenants", type=int, default=2000)
-    parser.add_argument("--pools", type=int, default=40)
-    parser.add_argument("--kernels", type=int, default=20)
-    args = parser.parse_args()
-    for scale in (0.25, 0.5, 1.0):
-        config = fleet_config(int(args.tenants * scale), max(1, int(args.pools * scale)), args.kernels)
-        platform_seconds, count = timed(lambda: build(load_stack_config()), config)
-        sdk_seconds, _ = timed(bare_resources(count), config)
-        print(f"tenants={int(args.tenants * scale):5d} resources={count:6d}  platform {platform_seconds:6.2f}s "
-              f"({1e3 * platform_seconds / count:.2f} ms/resource)  bare SDK {sdk_seconds:6.2f}s "
-              f"({1e3 * sdk_seconds / count:.2f} ms/resource)  ratio {platform_seconds / sdk_seconds:.2f}")
+    parser.add_argument("--sizes", default=os.environ.get("BENCH_SIZES", DEFAULT_SIZES),
+                        help="comma-separated approximate resource counts")
+    sizes = [int(size) for size in parser.parse_args().sizes.split(",")]
+    print(f"{'resources':>9} {'render ms/res':>13} {'floor':>6} {'ratio':>5}  {'diff s':>7} {'load 2':>7} "
+          f"{'ratio':>5}  {'check s':>7} {'load 1':>7} {'ratio':>5}")
+    with tempfile.TemporaryDirectory(prefix="gpuctl-bench-") as work:
+        for size in sizes:
+            row = measure(size, Path(work))
+            count = row["resources"]
+            print(f"{count:9d} {1e3 * row['render'] / count:13.3f} {1e3 * row['render_floor'] / count:6.3f} "
+                  f"{row['render'] / row['render_floor']:5.2f}  {row['diff']:7.3f} {row['diff_floor']:7.3f} "
+                  f"{row['diff'] / row['diff_floor']:5.2f}  {row['check']:7.3f} {row['check_floor']:7.3f} "
+                  f"{row['check'] / row['check_floor']:5.2f}")
 
 
 if __name__ == "__main__":

