@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,9 @@ from stacks.inventory import ObservedNode, parse_node_list
 
 ROOT = Path(__file__).resolve().parent.parent
 OK, VIOLATION, BAD_INPUT = 0, 1, 2
+# Offline, the registry pull secret comes from a file or this variable, never from the stack file's ciphertext.
+PULL_SECRET_ENV = "GPU_PLATFORM_REGISTRY_PULL_SECRET"
+PULL_SECRET_KEY = f"{PROJECT}:registryPullSecret"
 
 
 class Parser(argparse.ArgumentParser):
@@ -32,6 +36,8 @@ def add_stack_arguments(parser: argparse.ArgumentParser, *, config_file: bool = 
     if config_file:
         source.add_argument("--config-file", help="a stack file at any path")
     parser.add_argument("--observed-nodes", help="`kubectl get nodes -o json` output: kernels GPU nodes run now")
+    parser.add_argument("--registry-pull-secret-file", metavar="FILE",
+                        help=f"the registry's .dockerconfigjson, kept secret (or set ${PULL_SECRET_ENV})")
 
 
 def project_root(start: Path | None = None) -> Path:
@@ -46,8 +52,29 @@ def project_root(start: Path | None = None) -> Path:
 
 def stack_file(args: argparse.Namespace, root: Path | None = None) -> StackFile:
     if getattr(args, "config_file", None):
-        return load_stack_file(Path(args.config_file), args.stack)
-    return load_stack_file(stack_file_path(root or project_root(), args.stack), args.stack)
+        loaded = load_stack_file(Path(args.config_file), args.stack)
+    else:
+        loaded = load_stack_file(stack_file_path(root or project_root(), args.stack), args.stack)
+    return with_pull_secret(loaded, getattr(args, "registry_pull_secret_file", None))
+
+
+def with_pull_secret(stack: StackFile, path: str | None) -> StackFile:
+    """The stack with the registry pull secret from `path` or $GPU_PLATFORM_REGISTRY_PULL_SECRET, marked secret.
+
+    The value is never printed: errors name the file, not its content.
+    """
+    if path:
+        try:
+            value = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            raise ConfigError(f"--registry-pull-secret-file {path}: cannot be read as UTF-8 text; "
+                              "pass the registry's .dockerconfigjson file") from None
+    else:
+        value = os.environ.get(PULL_SECRET_ENV, "")
+    if not value.strip():
+        return stack
+    return StackFile(stack.stack, {**stack.config, PULL_SECRET_KEY: value.strip()},
+                     sorted({*stack.secret_keys, PULL_SECRET_KEY}))
 
 
 def read_json(path: Path, fix: str, label: str | None = None) -> Any:

@@ -16,8 +16,10 @@ from stacks.config import PROJECT, ConfigError
 # Config namespaces a stack file may use: this project's and those of the providers and engine it runs with.
 NAMESPACES = (PROJECT, "aws", "kubernetes", "pulumi")
 
-# Offline, encrypted values cannot be decrypted; the program sees this placeholder, marked secret.
+# Offline, encrypted values cannot be decrypted; the program sees a placeholder of the right shape, marked secret
+# (the render masks every secret anyway).
 ENCRYPTED = "[encrypted]"
+ENCRYPTED_SHAPES = {f"{PROJECT}:registryPullSecret": '{"auths": {"encrypted.invalid": {"auth": "ZW5jcnlwdGVk"}}}'}
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ def stack_file_from_config(stack: str, values: Mapping[str, Any]) -> StackFile:
                 f"use one of {', '.join(NAMESPACES)}")
             raise ConfigError(f"{full_key}: unknown config namespace {namespace!r}; {hint}")
         if isinstance(value, dict) and set(value) == {"secure"}:
-            value = ENCRYPTED
+            value = ENCRYPTED_SHAPES.get(full_key, ENCRYPTED)
             secret_keys.append(full_key)
         config[full_key] = value
     return StackFile(stack, config, secret_keys)

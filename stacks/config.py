@@ -192,6 +192,22 @@ class ImagesConfig(StrictModel):
     cuda_sample: str = _image(labels.IMAGES["cudaSample"])
 
 
+def _docker_config_json(secret: SecretStr) -> SecretStr:
+    """A `.dockerconfigjson` document: {"auths": {registry: {"auth": ...} | {"username", "password"}}}."""
+    try:
+        document = json.loads(secret.get_secret_value())
+    except ValueError:
+        document = None
+    auths = document.get("auths") if isinstance(document, dict) else None
+    if not isinstance(auths, dict) or not auths or not all(
+            isinstance(entry, dict) and ("auth" in entry or {"username", "password"} <= set(entry))
+            for entry in auths.values()):
+        # The value is never shown: it is a credential.
+        raise ValueError('is not a .dockerconfigjson document ({"auths": {"<registry>": {"auth": "<base64>"}}}); '
+                         "set it from the file: pulumi config set --secret registryPullSecret < config.json")
+    return secret
+
+
 class StackConfig(StrictModel):
     """Everything one environment declares."""
 
@@ -201,7 +217,7 @@ class StackConfig(StrictModel):
     tenants: tuple[TenantConfig, ...] = ()
     device_plugin: DevicePluginConfig = DevicePluginConfig()
     images: ImagesConfig = ImagesConfig()
-    registry_pull_secret: SecretStr | None = None
+    registry_pull_secret: Annotated[SecretStr, AfterValidator(_docker_config_json)] | None = None
     preflight: bool = True
 
     @model_validator(mode="after")
@@ -258,6 +274,10 @@ def _describe(error: ValidationError) -> str:
     errors = sorted(error.errors(), key=lambda item: item["type"] != "extra_forbidden")
     first = errors[0]
     message = first["msg"].removeprefix("Value error, ")
+    if first["loc"] and first["loc"][0] in SECRET_KEYS:
+        # A credential: say what is wrong without showing any of it.
+        fix = message if first["type"] == "value_error" else "must be the text of a .dockerconfigjson document"
+        return f"{PROJECT}:{first['loc'][0]}: {fix}"
     if first["type"] == "extra_forbidden":
         missing = [item["loc"][-1] for item in errors
                    if item["type"] == "missing" and item["loc"][:-1] == first["loc"][:-1]]
@@ -290,7 +310,8 @@ def load_stack_config() -> StackConfig:
         key = full_key.removeprefix(prefix)
         if key in SECRET_KEYS and not pulumi.runtime.is_config_secret(full_key):
             raise ConfigError(f"{full_key}: must be a secret; set it with `pulumi config set --secret {key}`")
-        values[key] = _decode(value)
+        # A secret stays the text the user set (a JSON document is not decoded, so no error can echo it).
+        values[key] = value if key in SECRET_KEYS else _decode(value)
     return parse_stack_config(values)
 
 

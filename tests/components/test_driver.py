@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Plan
+from tests.conftest import Plan, render_stack, stack_config
 
 NAMESPACE = "gpu-system"
 KERNEL = "feature.node.kubernetes.io/kernel-version.full"
@@ -119,17 +119,25 @@ def test_driver_carries_its_version(dev_plan: Plan) -> None:
         assert container_of(daemonset)["image"].startswith("nvcr.io/nvidia/driver:580-")
 
 
-def test_driver_pulls_with_the_registry_secret_when_one_is_set(dev_plan: Plan, prod_plan: Plan) -> None:
-    # prod sets gpu-platform:registryPullSecret; dev does not.
-    secret = prod_plan.manifest("Secret", "nvidia-registry", NAMESPACE)
+@pytest.fixture(scope="module")
+def prod_with_pull_secret() -> Plan:
+    """prod as a team runs it after `pulumi config set --secret registryPullSecret ...` (an encrypted value)."""
+    config = stack_config("prod")
+    config["gpu-platform:registryPullSecret"] = {"secure": "v1:ciphertext-the-secrets-provider-decrypts"}
+    return render_stack("prod", config)
+
+
+def test_driver_pulls_with_the_registry_secret_when_one_is_set(prod_with_pull_secret: Plan, prod_plan: Plan) -> None:
+    secret = prod_with_pull_secret.manifest("Secret", "nvidia-registry", NAMESPACE)
     assert secret["type"] == "kubernetes.io/dockerconfigjson"
-    assert all(pod_of(ds)["imagePullSecrets"] == [{"name": "nvidia-registry"}] for ds in driver_daemonsets(prod_plan))
-    assert all("imagePullSecrets" not in pod_of(ds) for ds in driver_daemonsets(dev_plan))
-    assert not dev_plan.of_type("kubernetes:core/v1:Secret")
+    assert all(pod_of(ds)["imagePullSecrets"] == [{"name": "nvidia-registry"}]
+               for ds in driver_daemonsets(prod_with_pull_secret))
+    assert all("imagePullSecrets" not in pod_of(ds) for ds in driver_daemonsets(prod_plan))
+    assert not prod_plan.of_type("kubernetes:core/v1:Secret")
 
 
-def test_registry_secret_value_never_reaches_the_plan(prod_plan: Plan) -> None:
-    secret = prod_plan.manifest("Secret", "nvidia-registry", NAMESPACE)
+def test_registry_secret_value_never_reaches_the_plan(prod_with_pull_secret: Plan) -> None:
+    secret = prod_with_pull_secret.manifest("Secret", "nvidia-registry", NAMESPACE)
     assert set(secret["stringData"].values()) == {"[secret]"}
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+
+import yaml
 
 from gpuctl import __version__
 from gpuctl.cli import ROOT, project_root
@@ -27,3 +30,62 @@ def test_another_pulumi_project_is_not_taken_for_this_one(tmp_path) -> None:
     (tmp_path / "Pulumi.yaml").write_text("name: gpu-platform-tools\nruntime: python\n")
 
     assert project_root(tmp_path) == ROOT
+
+
+# -- the registry pull secret, offline ---------------------------------------------------------------------------
+
+PULL_SECRET = '{"auths": {"nvcr.io": {"auth": "c2VjcmV0LXRva2VuLTQyOnh5eg=="}}}'
+
+
+def render(tmp_path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpuctl", "render", "--stack", "prod", "--offline",
+                           "--out", str(tmp_path / "out"), *extra], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300)
+
+
+def written(folder) -> str:
+    return "".join(path.read_text() for path in folder.rglob("*") if path.is_file())
+
+
+def test_no_shipped_stack_file_holds_ciphertext_no_secrets_provider_can_read() -> None:
+    # A `secure:` value needs the stack's encryptionsalt (passphrase) or secretsprovider; without them every
+    # `pulumi preview` of the stack stops before the program runs.
+    for path in ROOT.glob("Pulumi.*.yaml"):
+        document = yaml.safe_load(path.read_text())
+        has_secure = "secure:" in path.read_text()
+        assert not has_secure or {"encryptionsalt", "secretsprovider"} & set(document), path.name
+
+
+def test_a_pull_secret_file_reaches_the_render_only_as_a_secret(tmp_path) -> None:
+    secret_file = tmp_path / "config.json"
+    secret_file.write_text(PULL_SECRET)
+    result = render(tmp_path, "--registry-pull-secret-file", str(secret_file))
+
+    assert result.returncode == 0, result.stderr
+    secret = yaml.safe_load((tmp_path / "out" / "manifests" / "secret-gpu-system-nvidia-registry.yaml").read_text())
+    assert secret["type"] == "kubernetes.io/dockerconfigjson"
+    assert set(secret["stringData"].values()) == {"[secret]"}
+    assert "c2VjcmV0" not in written(tmp_path / "out") + result.stdout + result.stderr
+
+
+def test_a_pull_secret_from_the_environment_is_used_and_never_shown(tmp_path) -> None:
+    result = render(tmp_path, env={"GPU_PLATFORM_REGISTRY_PULL_SECRET": PULL_SECRET})
+
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / "manifests" / "secret-gpu-system-nvidia-registry.yaml").is_file()
+    assert "c2VjcmV0" not in written(tmp_path / "out") + result.stdout + result.stderr
+
+
+def test_without_a_pull_secret_the_stack_renders_without_one(tmp_path) -> None:
+    result = render(tmp_path, env={"GPU_PLATFORM_REGISTRY_PULL_SECRET": ""})
+
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "out" / "manifests" / "secret-gpu-system-nvidia-registry.yaml").exists()
+
+
+def test_an_unreadable_pull_secret_file_is_one_line_exit_2(tmp_path) -> None:
+    result = render(tmp_path, "--registry-pull-secret-file", str(tmp_path / "missing.json"))
+
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "--registry-pull-secret-file" in result.stderr
+    assert not (tmp_path / "out").exists()

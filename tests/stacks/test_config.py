@@ -326,3 +326,23 @@ def test_a_misspelt_required_key_is_named_with_the_right_spelling() -> None:
 def test_an_unquoted_number_where_text_belongs_says_to_quote_it() -> None:
     message = config_error(lambda values: pool(values).update(kernel=5.14))
     assert message == "gpu-platform:nodePools[0].kernel: must be text, not 5.14; quote it in the stack file"
+
+
+DOCKER_CONFIG = '{"auths": {"nvcr.io": {"auth": "JG9hdXRodG9rZW46c2VjcmV0LWtleQ=="}}}'
+
+
+def test_a_pull_secret_set_as_the_readme_says_is_accepted() -> None:
+    # `pulumi config set --secret registryPullSecret "$(cat config.json)"` hands the program the JSON text.
+    values = {**config_values("prod"), "registryPullSecret": DOCKER_CONFIG}
+    assert parse_stack_config(values).registry_pull_secret.get_secret_value() == DOCKER_CONFIG
+
+
+@pytest.mark.parametrize("value", [
+    '{"auths": {"nvcr.io": {"password": "JG9hdXRodG9rZW46c2VjcmV0LWtleQ=="}}}',   # no auth, no username
+    "JG9hdXRodG9rZW46c2VjcmV0LWtleQ==",                                      # a bare token
+    {"auths": {"nvcr.io": {"auth": "JG9hdXRodG9rZW46c2VjcmV0LWtleQ=="}}},    # decoded by someone else
+])
+def test_a_malformed_pull_secret_is_named_but_never_shown(value) -> None:
+    message = config_error(lambda values: values.__setitem__("registryPullSecret", value), "prod")
+    assert message.startswith("gpu-platform:registryPullSecret:") and "dockerconfigjson" in message
+    assert "JG9hdXRo" not in message and "\n" not in message
