@@ -9,6 +9,8 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -28,6 +30,9 @@ MANIFEST_MEDIA_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
 )
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+_DIGEST = re.compile(r"^sha(256:[0-9a-f]{64}|512:[0-9a-f]{128})$")
+MAX_REDIRECTS = 3
+MAX_BODY = 64 * 1024  # a token answer is a few kilobytes; anything larger is not one
 _DOCKER_HUB_API = "registry-1.docker.io"
 _CHALLENGE_PARAM = re.compile(r'(\w+)="([^"]*)"')
 
@@ -70,9 +75,12 @@ def registry_url(registry: str) -> str:
 def check_driver_images(images: Mapping[KernelTarget, str], *, timeout: float = 10.0) -> None:
     """Check that every driver image exists in its registry; each distinct image is asked once.
 
+    An image exists only when its registry answers with a manifest media type and a digest; anything else (an
+    HTML page from a proxy, a truncated or slow answer, a redirect to another origin) leaves it unverified.
+
     Args:
         images: the driver image each (os, kernel) needs.
-        timeout: seconds each registry request may take.
+        timeout: seconds the whole check may take, however many requests and however slow the answers.
 
     Raises:
         PreflightError: images are missing (all of them named, with their kernels), or a registry could not be
@@ -111,7 +119,8 @@ class _RegistryClient:
 
     def __init__(self, timeout: float):
         self._timeout = timeout
-        self._opener = urllib.request.build_opener()
+        self._deadline = time.monotonic() + timeout
+        self._opener = urllib.request.build_opener(_Redirects())
         self._tokens: dict[str, str | None] = {}
 
     def absence(self, image: str, reference: ImageReference) -> str | None:
@@ -125,7 +134,12 @@ class _RegistryClient:
                     return "anonymous pull denied: missing or private"
                 status, headers = self._head(image, reference, token)
         if 200 <= status < 300:
-            return None
+            media_type = headers.get_content_type() if headers.get("Content-Type") else "no media type"
+            if media_type in MANIFEST_MEDIA_TYPES and _DIGEST.match(headers.get("Docker-Content-Digest", "")):
+                return None
+            raise RegistryUnreachable(_unreachable(reference.registry, image, (
+                f"it answered HTTP {status} with {media_type} and "
+                f"{'a digest' if headers.get('Docker-Content-Digest') else 'no digest'}, not an image manifest")))
         if status == 404:
             return "manifest unknown"
         if status in (401, 403):
@@ -172,17 +186,61 @@ class _RegistryClient:
         return token
 
     def _send(self, request: urllib.request.Request, host: str, image: str) -> tuple[int, Message, bytes]:
-        """Status, headers and body of one request; error statuses are answers, not exceptions."""
+        """Status, headers and body of one request, within what is left of the whole check's deadline.
+
+        The request runs in a daemon thread: socket timeouts bound each read, not a server that drips one byte
+        at a time, so the deadline is kept by waiting for the thread, never longer.
+        """
+        remaining = self._deadline - time.monotonic()
+        outcome: list[tuple[int, Message, bytes] | BaseException] = []
+        worker = threading.Thread(target=lambda: outcome.append(self._exchange(request, remaining)), daemon=True)
+        if remaining > 0:
+            worker.start()
+            worker.join(remaining)
+        if not outcome:
+            raise RegistryUnreachable(_unreachable(host, image, f"no complete answer within {self._timeout:g}s"))
+        if isinstance(outcome[0], BaseException):
+            raise RegistryUnreachable(_unreachable(host, image, _problem(outcome[0], self._timeout)))
+        return outcome[0]
+
+    def _exchange(self, request: urllib.request.Request, timeout: float) -> tuple[int, Message, bytes] | BaseException:
+        """One request and its capped body; error statuses are answers, failures are returned, not raised."""
         try:
-            with self._opener.open(request, timeout=self._timeout) as response:
-                return response.status, response.headers, response.read()
+            with self._opener.open(request, timeout=timeout) as response:
+                body = response.read(MAX_BODY + 1)
+                if len(body) > MAX_BODY:
+                    return ValueError(f"an answer over {MAX_BODY // 1024} KiB")
+                return response.status, response.headers, body
         except urllib.error.HTTPError as error:
             with error:
                 return error.code, error.headers, b""
         except urllib.error.URLError as error:
-            raise RegistryUnreachable(_unreachable(host, image, _problem(error.reason, self._timeout))) from None
-        except (OSError, http.client.HTTPException) as error:
-            raise RegistryUnreachable(_unreachable(host, image, _problem(error, self._timeout))) from None
+            return error.reason if isinstance(error.reason, BaseException) else OSError(str(error.reason))
+        except (OSError, http.client.HTTPException, ValueError) as error:
+            return error
+
+
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    """At most MAX_REDIRECTS hops within the same origin, and a HEAD stays a HEAD.
+
+    A registry answers manifest requests itself; a redirect elsewhere is not followed, so a bearer token never
+    reaches another origin (urllib would copy it there, and turn the HEAD into a GET that downloads a body).
+    """
+
+    max_redirections = MAX_REDIRECTS
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(new.full_url) != _origin(req.full_url):
+            raise urllib.error.URLError(f"it redirected to another origin ({_origin(new.full_url)[1]})")
+        if new is not None:
+            new.method = req.get_method()
+        return new
+
+
+def _origin(url: str) -> tuple[str, str | None, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme, parts.hostname, parts.port
 
 
 def _allowed(url: str) -> bool:

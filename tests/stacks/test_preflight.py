@@ -16,6 +16,7 @@ from stacks.preflight import (
     MANIFEST_MEDIA_TYPES,
     ImageReference,
     PreflightError,
+    RegistryUnreachable,
     check_driver_images,
     registry_url,
 )
@@ -180,7 +181,7 @@ def test_token_realm_must_be_https(registry: StandInRegistry) -> None:
 
 @pytest.mark.parametrize(("mode", "problem"), [
     ("broken", "it answered HTTP 500"),
-    ("hang", "no answer within 0.3s"),
+    ("hang", "no complete answer within 0.3s"),
 ])
 def test_failing_registry(registry: StandInRegistry, mode: str, problem: str) -> None:
     registry.mode = mode
@@ -219,3 +220,95 @@ def test_plain_http_only_on_loopback() -> None:
     assert registry_url("registry.example.com:5000") == "https://registry.example.com:5000"
     assert registry_url("127.0.0.1:5000") == "http://127.0.0.1:5000"
     assert registry_url("localhost:5000") == "http://localhost:5000"
+
+
+# -- answers that must not count as "the image exists" -------------------------------------------------------------
+
+
+class FaultyRegistry:
+    """A registry on 127.0.0.1 that answers every manifest HEAD with one kind of fault, written raw to the socket."""
+
+    def __init__(self, fault: str, elsewhere: str = "") -> None:
+        self.fault, self.elsewhere = fault, elsewhere
+        self.release = threading.Event()
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+        registry = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_HEAD(self) -> None:
+                registry.requests.append((self.command, self.path, dict(self.headers.items())))
+                registry.answer(self)
+
+            do_GET = do_HEAD
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.host = f"127.0.0.1:{self.server.server_address[1]}"
+
+    def answer(self, request: BaseHTTPRequestHandler) -> None:
+        raw = request.wfile
+        if self.fault == "html":
+            raw.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 0\r\n\r\n")
+        elif self.fault == "wrong-media-type":
+            raw.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nDocker-Content-Digest: sha256:"
+                      + b"0" * 64 + b"\r\nContent-Length: 0\r\n\r\n")
+        elif self.fault == "no-digest":
+            raw.write(b"HTTP/1.1 200 OK\r\nContent-Type: " + MANIFEST_MEDIA_TYPES[1].encode()
+                      + b"\r\nContent-Length: 0\r\n\r\n")
+        elif self.fault == "truncated":
+            raw.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.ima")
+        elif self.fault == "redirect":
+            raw.write(f"HTTP/1.1 307 Temporary Redirect\r\nLocation: http://{self.elsewhere}/v2/x/manifests/y\r\n"
+                      "Content-Length: 0\r\n\r\n".encode())
+        elif self.fault == "manifest":
+            raw.write(b"HTTP/1.1 200 OK\r\nContent-Type: " + MANIFEST_MEDIA_TYPES[1].encode()
+                      + b"\r\nDocker-Content-Digest: sha256:" + b"0" * 64 + b"\r\nContent-Length: 0\r\n\r\n")
+        elif self.fault == "slow-drip":
+            for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\n":
+                if self.release.wait(0.1):
+                    return
+                raw.write(bytes([byte]))
+                raw.flush()
+        raw.flush()
+        request.close_connection = True
+
+
+@pytest.mark.parametrize(("fault", "problem"), [
+    ("html", "with text/html and no digest, not an image manifest"),
+    ("wrong-media-type", "with application/json and a digest, not an image manifest"),
+    ("no-digest", "and no digest, not an image manifest"),
+    ("truncated", ""),
+    ("slow-drip", "no complete answer within 1s"),
+])
+def test_an_answer_that_is_not_a_manifest_leaves_the_image_unverified(fault: str, problem: str) -> None:
+    with serving(FaultyRegistry(fault)) as registry:
+        image = f"{registry.host}/nvidia/driver:580-6.8.0-1021-aws-ubuntu22.04"
+        started = time.monotonic()
+        with pytest.raises(RegistryUnreachable) as raised:
+            check_driver_images({OLD: image}, timeout=1.0)
+        elapsed = time.monotonic() - started
+
+    assert f"registry {registry.host} could not be reached to check driver image {image}" in str(raised.value)
+    assert problem in str(raised.value)
+    assert elapsed < 1.5, "the deadline bounds the whole check, not each read"
+
+
+def test_a_redirect_to_another_origin_is_not_followed_and_carries_no_token() -> None:
+    with serving(FaultyRegistry("manifest")) as elsewhere, \
+            serving(FaultyRegistry("redirect", elsewhere=elsewhere.host)) as registry:
+        image = f"{registry.host}/nvidia/driver:580-6.8.0-1021-aws-ubuntu22.04"
+        with pytest.raises(RegistryUnreachable) as raised:
+            check_driver_images({OLD: image}, timeout=2.0)
+
+    assert "it redirected to another origin" in str(raised.value)
+    assert elsewhere.requests == [], "nothing, and no bearer token, went to the other origin"
+    assert [method for method, _, _ in registry.requests] == ["HEAD"]
+
+
+def test_a_genuine_manifest_answer_counts_as_present() -> None:
+    with serving(FaultyRegistry("manifest")) as registry:
+        check_driver_images({OLD: f"{registry.host}/nvidia/driver:580-6.8.0-1021-aws-ubuntu22.04"}, timeout=2.0)
+    assert [method for method, _, _ in registry.requests] == ["HEAD"]
