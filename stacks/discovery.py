@@ -12,11 +12,14 @@ from kubernetes.client.exceptions import ApiException
 
 from components import labels
 from stacks.config import PROJECT, ConfigError, DiscoveryConfig
+from stacks.deadline import DeadlineExceeded, within
 from stacks.inventory import ObservedNode, parse_node_list
 
 GPU_NODE_SELECTOR = f"{labels.NVIDIA_PCI_LABEL}=true"
 _TIMEOUT_KEY = f"{PROJECT}:cluster.discovery.timeoutSeconds"
 _KUBECONFIG_KEY = f"{PROJECT}:cluster.discovery.kubeconfig"
+# A GPU node is a few kilobytes of JSON: this cap is thousands of nodes, and stops an endless answer.
+MAX_NODE_LIST_BYTES = 64 << 20
 
 
 class DiscoveryError(ConfigError):
@@ -24,7 +27,8 @@ class DiscoveryError(ConfigError):
 
 
 def read_live_nodes(discovery: DiscoveryConfig) -> list[ObservedNode]:
-    """Read the GPU nodes from the cluster the kubeconfig (and context) reaches, in one bounded request.
+    """Read the GPU nodes from the cluster the kubeconfig (and context) reaches, in one request bounded as a whole
+    by `timeoutSeconds` (not per read) and in size.
 
     Raises:
         DiscoveryError: the kubeconfig, the connection, the credentials or the answer failed; never returns a
@@ -34,16 +38,21 @@ def read_live_nodes(discovery: DiscoveryConfig) -> list[ObservedNode]:
     server = api.configuration.host
     try:
         with api:
-            response = client.CoreV1Api(api).list_node(
-                label_selector=GPU_NODE_SELECTOR,
-                _request_timeout=discovery.timeout_seconds,
-                _preload_content=False,
-            )
-            body = response.data
+            body = within(discovery.timeout_seconds, lambda: _read_gpu_nodes(api, discovery.timeout_seconds))
+    except DeadlineExceeded:
+        raise DiscoveryError(
+            f"the API server at {server} did not answer within {discovery.timeout_seconds:g}s; "
+            f"check the network path to the cluster, or raise {_TIMEOUT_KEY}"
+        ) from None
     except ApiException as error:
         raise DiscoveryError(_refusal(error, server)) from None
     except urllib3.exceptions.HTTPError as error:
         raise DiscoveryError(_connection_failure(error, server, discovery)) from None
+    if len(body) > MAX_NODE_LIST_BYTES:
+        raise DiscoveryError(
+            f"the API server at {server} answered the node list with over {MAX_NODE_LIST_BYTES >> 20} MiB; "
+            "check that the kubeconfig's server URL points at the Kubernetes API"
+        )
     try:
         document = json.loads(body)
     except ValueError:
@@ -60,6 +69,21 @@ def read_live_nodes(discovery: DiscoveryConfig) -> list[ObservedNode]:
         return parse_node_list(document, f"nodes at {server}")
     except ConfigError as error:
         raise DiscoveryError(str(error)) from None
+
+
+def _read_gpu_nodes(api: client.ApiClient, timeout: float) -> bytes:
+    """The GPU node list's raw body, read in chunks and cut one byte past the cap."""
+    response = client.CoreV1Api(api).list_node(label_selector=GPU_NODE_SELECTOR, _request_timeout=timeout,
+                                                _preload_content=False)
+    body = bytearray()
+    try:
+        for chunk in response.stream(1 << 16, decode_content=True):
+            body += chunk
+            if len(body) > MAX_NODE_LIST_BYTES:
+                break
+    finally:
+        response.release_conn()
+    return bytes(body)
 
 
 def _api_client(discovery: DiscoveryConfig) -> client.ApiClient:

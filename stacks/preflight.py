@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.client
 import json
 import re
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -21,6 +20,7 @@ from email.message import Message
 
 from components.images import DOCKER_HUB, ImageName
 from stacks.config import PROJECT, ConfigError
+from stacks.deadline import DeadlineExceeded, within
 from stacks.inventory import KernelTarget
 
 MANIFEST_MEDIA_TYPES = (
@@ -186,38 +186,29 @@ class _RegistryClient:
         return token
 
     def _send(self, request: urllib.request.Request, host: str, image: str) -> tuple[int, Message, bytes]:
-        """Status, headers and body of one request, within what is left of the whole check's deadline.
-
-        The request runs in a daemon thread: socket timeouts bound each read, not a server that drips one byte
-        at a time, so the deadline is kept by waiting for the thread, never longer.
-        """
+        """Status, headers and capped body of one request, within what is left of the whole check's deadline."""
         remaining = self._deadline - time.monotonic()
-        outcome: list[tuple[int, Message, bytes] | BaseException] = []
-        worker = threading.Thread(target=lambda: outcome.append(self._exchange(request, remaining)), daemon=True)
-        if remaining > 0:
-            worker.start()
-            worker.join(remaining)
-        if not outcome:
-            raise RegistryUnreachable(_unreachable(host, image, f"no complete answer within {self._timeout:g}s"))
-        if isinstance(outcome[0], BaseException):
-            raise RegistryUnreachable(_unreachable(host, image, _problem(outcome[0], self._timeout)))
-        return outcome[0]
+        try:
+            return within(remaining, lambda: self._exchange(request, remaining))
+        except DeadlineExceeded:
+            raise RegistryUnreachable(_unreachable(host, image, f"no complete answer within {self._timeout:g}s")) \
+                from None
+        except urllib.error.URLError as error:
+            raise RegistryUnreachable(_unreachable(host, image, _problem(error.reason, self._timeout))) from None
+        except (OSError, http.client.HTTPException, ValueError) as error:
+            raise RegistryUnreachable(_unreachable(host, image, _problem(error, self._timeout))) from None
 
-    def _exchange(self, request: urllib.request.Request, timeout: float) -> tuple[int, Message, bytes] | BaseException:
-        """One request and its capped body; error statuses are answers, failures are returned, not raised."""
+    def _exchange(self, request: urllib.request.Request, timeout: float) -> tuple[int, Message, bytes]:
+        """One request and its body, capped; error statuses are answers, not exceptions."""
         try:
             with self._opener.open(request, timeout=timeout) as response:
                 body = response.read(MAX_BODY + 1)
-                if len(body) > MAX_BODY:
-                    return ValueError(f"an answer over {MAX_BODY // 1024} KiB")
-                return response.status, response.headers, body
         except urllib.error.HTTPError as error:
             with error:
                 return error.code, error.headers, b""
-        except urllib.error.URLError as error:
-            return error.reason if isinstance(error.reason, BaseException) else OSError(str(error.reason))
-        except (OSError, http.client.HTTPException, ValueError) as error:
-            return error
+        if len(body) > MAX_BODY:
+            raise ValueError(f"an answer over {MAX_BODY // 1024} KiB")
+        return response.status, response.headers, body
 
 
 class _Redirects(urllib.request.HTTPRedirectHandler):

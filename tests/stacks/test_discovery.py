@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from components import labels
+from stacks import discovery as discovery_module
 from stacks.config import DiscoveryConfig
 from stacks.discovery import GPU_NODE_SELECTOR, DiscoveryError, read_live_nodes
 from stacks.inventory import KernelTarget, ObservedNode
@@ -59,6 +60,23 @@ class StandInApi:
         url = urlsplit(request.path)
         if self.fault == "hang":
             self.release.wait(5)
+            return
+        if self.fault == "slow-drip":
+            request.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n")
+            for byte in b'{"kind": "NodeList", "apiVersion": "v1", "items": []}':
+                if self.release.wait(0.1):
+                    return
+                request.wfile.write(bytes([byte]))
+                request.wfile.flush()
+            return
+        if self.fault == "endless":
+            request.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n")
+            chunk = b" " * (1 << 20)
+            while not self.release.is_set():
+                try:
+                    request.wfile.write(chunk)
+                except OSError:
+                    return
             return
         if request.headers.get("Authorization") != f"Bearer {TOKEN}" or self.fault == "401":
             return self.status(request, 401, "Unauthorized", "Unauthorized")
@@ -142,6 +160,7 @@ def test_uses_the_configured_context(api: StandInApi, tmp_path: Path) -> None:
     ("403", "403 Forbidden"),
     ("500", "answered 500"),
     ("hang", "did not answer within 0.5s"),
+    ("slow-drip", "did not answer within 0.5s"),  # each byte in time, the whole answer not: one deadline
     ("html", "not JSON"),
     ("not-a-list", "not a v1 NodeList"),
 ])
@@ -157,6 +176,14 @@ def test_faults_stop_the_read(api: StandInApi, tmp_path: Path, fault: str, probl
     assert api.url in message
     assert "\n" not in message
     assert time.monotonic() - started < 2  # one attempt, bounded by the timeout
+
+
+def test_an_endless_answer_is_cut_at_the_size_cap(api: StandInApi, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(discovery_module, "MAX_NODE_LIST_BYTES", 1 << 20)
+    api.fault = "endless"
+
+    with pytest.raises(DiscoveryError, match="answered the node list with over 1 MiB"):
+        read_live_nodes(discovery(kubeconfig(tmp_path / "config", {"lab": api.url}, "lab")))
 
 
 def test_gpu_node_without_kernel_label_stops_the_read(api: StandInApi, tmp_path: Path) -> None:
