@@ -22,6 +22,7 @@ POOL_LABEL = "gpu-platform.io/pool"
 GPU_NODE_SELECTOR = {NVIDIA_PCI_LABEL: "true"}
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-platform"}
 TENANT_LABEL = "gpu-platform.io/tenant"
+TENANT_PRIORITY_LABEL = "gpu-platform.io/priority-class"  # on a tenant namespace: the highest class it may use
 KERNEL_ANNOTATION = "gpu-platform.io/kernel"
 OS_ANNOTATION = "gpu-platform.io/os"
 

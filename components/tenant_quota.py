@@ -21,15 +21,21 @@ class TenantQuotaArgs:
     gpus: int
     priority_class: str
     group: str
+    cpu: str = "64"
+    memory: str = "256Gi"
+    pods: int = 200
+    scrapers: tuple[str, ...] = ()  # namespaces whose Prometheus may reach the tenant's pods
     pod_security: str = "baseline"
     protect: bool = True  # the engine refuses to delete a protected namespace: removal takes `retired: true` first
 
 
 class TenantQuota(pulumi.ComponentResource):
-    """Namespace with pod security, a GPU ResourceQuota, priority-class quotas, a LimitRange and a RoleBinding.
+    """Namespace with pod security, GPU and compute quotas, a LimitRange, a fence, and a RoleBinding.
 
     GPU pods may only use the tenant's own priority class (a low-priority tenant cannot claim `gpu-high`), and
-    no tenant pod may use the `system-*` classes that would let it preempt node agents.
+    no tenant pod may use the `system-*` classes that would let it preempt node agents. The namespace admits
+    traffic only from itself and the monitoring namespaces; its label `gpu-platform.io/priority-class` tells the
+    admission policy which classes the tenant may use.
     """
 
     namespace: str
@@ -41,6 +47,7 @@ class TenantQuota(pulumi.ComponentResource):
         tenant = {labels.TENANT_LABEL: args.name}
         namespace = k8s.core.v1.Namespace(f"{name}-namespace", metadata=metadata(args.name, extra_labels={
             **tenant,
+            labels.TENANT_PRIORITY_LABEL: args.priority_class,
             "pod-security.kubernetes.io/enforce": args.pod_security,
             "pod-security.kubernetes.io/audit": "restricted",
             "pod-security.kubernetes.io/warn": "restricted",
@@ -48,6 +55,9 @@ class TenantQuota(pulumi.ComponentResource):
         child = child_options(self, opts, namespace)
         k8s.core.v1.ResourceQuota(f"{name}-gpu-quota", metadata=metadata("gpu-quota", args.name), spec={
             "hard": {labels.GPU_QUOTA_KEY: str(args.gpus)}}, opts=child)
+        # CPU pods count too: without this they could fill the GPU nodes a tenant's quota does not cover.
+        k8s.core.v1.ResourceQuota(f"{name}-compute-quota", metadata=metadata("compute-quota", args.name), spec={
+            "hard": {"requests.cpu": args.cpu, "requests.memory": args.memory, "pods": str(args.pods)}}, opts=child)
         scoped = [("system-priority", SYSTEM_PRIORITY_CLASSES, {"pods": "0"})]
         if args.priority_class == labels.LOW_PRIORITY_CLASS:
             scoped.append(("high-priority-gpus", [labels.HIGH_PRIORITY_CLASS], {labels.GPU_QUOTA_KEY: "0"}))
@@ -63,7 +73,17 @@ class TenantQuota(pulumi.ComponentResource):
             "type": "Container",
             "default": {"cpu": "1", "memory": "2Gi"},
             "defaultRequest": {"cpu": "250m", "memory": "512Mi"},
+            "max": {"cpu": args.cpu, "memory": args.memory},
         }]}, opts=child)
+        k8s.networking.v1.NetworkPolicy(f"{name}-fence", metadata=metadata("tenant-fence", args.name), spec={
+            "podSelector": {},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [
+                {"podSelector": {}},
+                *({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": scraper}}}
+                  for scraper in args.scrapers),
+            ]}],
+        }, opts=child)
         k8s.rbac.v1.RoleBinding(f"{name}-edit", metadata=metadata(f"{args.name}-edit", args.name), subjects=[
             {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": args.group}],
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"}, opts=child)

@@ -15,7 +15,8 @@ from components import labels
 from stacks.catalog import INSTANCE_TYPES, NODE_OSES, InstanceType
 
 PROJECT = "gpu-platform"
-SUPPORTED_KUBERNETES_VERSIONS = tuple(f"1.{minor}" for minor in range(25, 38))
+# From 1.30: tenant pods are fenced by a ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in 1.30).
+SUPPORTED_KUBERNETES_VERSIONS = tuple(f"1.{minor}" for minor in range(30, 38))
 RESERVED_NAMESPACES = re.compile(r"^(default|kube-.*|openshift.*|gpu-system|node-feature-discovery)$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -23,6 +24,8 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # Sane upper bounds: far above any real pool or quota, low enough to catch a stray digit.
 MAX_POOL_NODES = 1000
 MAX_TENANT_GPUS = 100_000
+_CPU = r"^([1-9]\d{0,5}|[1-9]\d{0,8}m)$"  # whole cores or millicores
+_MEMORY = r"^[1-9]\d{0,6}(Mi|Gi|Ti)$"
 
 
 class ConfigError(ValueError):
@@ -68,13 +71,25 @@ class ClusterConfig(StrictModel):
     security_group_ids: tuple[Annotated[str, Field(pattern=r"^sg-[0-9a-f]{8,17}$")], ...] = ()
     instance_profile: str | None = None
     discovery: DiscoveryConfig = DiscoveryConfig()
+    monitoring_namespaces: tuple[Annotated[str, _dns_label(63)], ...] | None = Field(
+        default=None, description="namespaces whose Prometheus may scrape tenants; default by flavor")
+
+    @property
+    def scrapers(self) -> tuple[str, ...]:
+        """Namespaces allowed into tenant namespaces to scrape metrics: OpenShift's two monitoring stacks, or one."""
+        if self.monitoring_namespaces is not None:
+            return self.monitoring_namespaces
+        if self.flavor == "openshift":
+            return ("openshift-monitoring", "openshift-user-workload-monitoring")
+        return ("monitoring",)
 
     @model_validator(mode="after")
     def _check(self) -> ClusterConfig:
         if self.kubernetes_version not in SUPPORTED_KUBERNETES_VERSIONS:
             raise ValueError(
                 f"kubernetesVersion {self.kubernetes_version!r} is not supported; use one of "
-                f"{SUPPORTED_KUBERNETES_VERSIONS[0]}..{SUPPORTED_KUBERNETES_VERSIONS[-1]} as \"1.NN\""
+                f"{SUPPORTED_KUBERNETES_VERSIONS[0]}..{SUPPORTED_KUBERNETES_VERSIONS[-1]} as \"1.NN\" (tenant pods are "
+                "fenced by a ValidatingAdmissionPolicy, GA in 1.30)"
             )
         if self.flavor == "openshift" and not self.infrastructure_id:
             raise ValueError("infrastructureId is required on OpenShift (oc get infrastructure cluster -o jsonpath='{.status.infrastructureName}')")
@@ -159,6 +174,9 @@ class TenantConfig(StrictModel):
     priority_class: Literal["gpu-high", "gpu-low"] = labels.LOW_PRIORITY_CLASS
     group: str | None = Field(default=None, min_length=1)
     retired: bool = Field(default=False, description="unprotect the namespace so a later change may remove it")
+    cpu: str = Field(default="64", pattern=_CPU, description="quota on the sum of CPU requests")
+    memory: str = Field(default="256Gi", pattern=_MEMORY, description="quota on the sum of memory requests")
+    pods: int = Field(default=200, ge=1, le=10_000)
 
     @model_validator(mode="after")
     def _check(self) -> TenantConfig:

@@ -6,6 +6,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import labels
+from components.admission import TenantAdmission, TenantAdmissionArgs
 from components.device_plugin import DevicePluginStack, DevicePluginStackArgs
 from components.driver import DriverStack, DriverStackArgs
 from components.manifests import metadata, privileged_scc_binding
@@ -57,11 +58,14 @@ class GpuPlatform(pulumi.ComponentResource):
                         pulumi.ResourceOptions(parent=self, depends_on=[system, device_plugin.validation]))
 
         priority_classes = self._priority_classes()
+        # Bound before any tenant namespace exists, so no tenant pod is ever admitted unchecked.
+        admission = TenantAdmission("tenant-admission", TenantAdmissionArgs(), pulumi.ResourceOptions(parent=self))
         self.tenants = {
             tenant.name: TenantQuota(f"tenant-{tenant.name}", TenantQuotaArgs(
                 name=tenant.name, gpus=tenant.gpus, priority_class=tenant.priority_class, group=tenant.rbac_group,
+                cpu=tenant.cpu, memory=tenant.memory, pods=tenant.pods, scrapers=config.cluster.scrapers,
                 protect=not tenant.retired,
-            ), pulumi.ResourceOptions(parent=self, depends_on=priority_classes))
+            ), pulumi.ResourceOptions(parent=self, depends_on=[*priority_classes, admission]))
             for tenant in config.tenants
         }
         if openshift:

@@ -138,3 +138,53 @@ def test_tenant_namespaces_are_protected_until_retired() -> None:
     tenant_names = {tenant["name"] for tenant in config["gpu-platform:tenants"]}
     assert {name: protect for name, protect in namespaces.items() if name in tenant_names} == {
         name: name != retired for name in tenant_names}
+
+
+# -- fencing: compute quota, limit maxima, network ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("stack", "name"), TENANTS)
+def test_cpu_pods_count_against_a_compute_quota(dev_plan, prod_plan, stack: str, name: str) -> None:
+    plan = plan_of(stack, dev_plan, prod_plan)
+    quota = plan.manifest("ResourceQuota", "compute-quota", name)
+    limits = plan.manifest("LimitRange", "default-limits", name)
+
+    assert set(quota["spec"]["hard"]) == {"requests.cpu", "requests.memory", "pods"}
+    [container] = limits["spec"]["limits"]
+    assert container["max"] == {"cpu": quota["spec"]["hard"]["requests.cpu"],
+                                "memory": quota["spec"]["hard"]["requests.memory"]}
+
+
+def test_compute_quota_follows_the_tenant_config() -> None:
+    config = stack_config("prod")
+    config["gpu-platform:tenants"][0].update(cpu="16", memory="64Gi", pods=40)
+    plan = render_stack("prod", config)
+    name = config["gpu-platform:tenants"][0]["name"]
+
+    assert plan.manifest("ResourceQuota", "compute-quota", name)["spec"]["hard"] == {
+        "requests.cpu": "16", "requests.memory": "64Gi", "pods": "40"}
+
+
+@pytest.mark.parametrize(("stack", "scrapers"), [
+    ("dev", ["openshift-monitoring", "openshift-user-workload-monitoring"]),
+    ("prod", ["monitoring"]),
+])
+def test_tenant_namespaces_admit_only_themselves_and_monitoring(dev_plan, prod_plan, stack, scrapers) -> None:
+    plan = plan_of(stack, dev_plan, prod_plan)
+    for tenant in tenants(stack):
+        fence = plan.manifest("NetworkPolicy", "tenant-fence", tenant["name"])
+        assert fence["spec"]["podSelector"] == {} and fence["spec"]["policyTypes"] == ["Ingress"]
+        [rule] = fence["spec"]["ingress"]
+        assert rule["from"][0] == {"podSelector": {}}
+        assert [peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+                for peer in rule["from"][1:]] == scrapers
+
+
+def test_monitoring_namespaces_can_be_set() -> None:
+    config = stack_config("prod")
+    config["gpu-platform:cluster"]["monitoringNamespaces"] = ["prometheus"]
+    plan = render_stack("prod", config)
+    name = config["gpu-platform:tenants"][0]["name"]
+
+    [rule] = plan.manifest("NetworkPolicy", "tenant-fence", name)["spec"]["ingress"]
+    assert rule["from"][1:] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "prometheus"}}}]

@@ -15,7 +15,7 @@ import yaml
 
 from tests.conftest import ROOT, render_stack
 
-STACKS = {"dev": "1.29", "prod": "1.31"}
+STACKS = {"dev": "1.31", "prod": "1.31"}
 CORE_KINDS = {"Namespace", "ServiceAccount", "ConfigMap", "DaemonSet", "Deployment", "Job", "Service",
               "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ResourceQuota", "LimitRange",
               "PriorityClass", "RuntimeClass", "CustomResourceDefinition"}

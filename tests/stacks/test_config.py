@@ -274,7 +274,7 @@ def test_unknown_flavor_is_rejected() -> None:
     assert "openshift" in message and "kubernetes" in message
 
 
-@pytest.mark.parametrize("version", ["1.20", "1.38", "v1.29", "1.29.3", "latest"])
+@pytest.mark.parametrize("version", ["1.20", "1.29", "1.38", "v1.31", "1.31.3", "latest"])
 def test_unsupported_kubernetes_version(version: str) -> None:
     message = config_error(lambda v: v["cluster"].update(kubernetesVersion=version))
 
@@ -283,7 +283,7 @@ def test_unsupported_kubernetes_version(version: str) -> None:
 
 
 def test_unquoted_kubernetes_version_names_the_field() -> None:
-    message = config_error(lambda v: v["cluster"].update(kubernetesVersion=1.29))
+    message = config_error(lambda v: v["cluster"].update(kubernetesVersion=1.31))
 
     assert message.startswith("gpu-platform:cluster.kubernetesVersion:")
 
@@ -346,3 +346,9 @@ def test_a_malformed_pull_secret_is_named_but_never_shown(value) -> None:
     message = config_error(lambda values: values.__setitem__("registryPullSecret", value), "prod")
     assert message.startswith("gpu-platform:registryPullSecret:") and "dockerconfigjson" in message
     assert "JG9hdXRo" not in message and "\n" not in message
+
+
+@pytest.mark.parametrize(("field", "value"), [("cpu", "0"), ("cpu", "lots"), ("memory", "64GB"), ("pods", 0)])
+def test_tenant_compute_quota_must_be_a_quantity(field: str, value) -> None:
+    message = config_error(lambda values: values["tenants"][0].update({field: value}))
+    assert message.startswith(f"gpu-platform:tenants[0].{field}:")

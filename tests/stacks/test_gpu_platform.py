@@ -188,7 +188,7 @@ def test_dev_outputs(dev_plan: Plan) -> None:
     assert outputs["tenants"]["vision"]["priorityClass"] == "gpu-high"
     assert outputs["tenants"]["nlp-research"]["gpus"] == 4
     assert outputs["tenants"]["nlp-research"]["priorityClass"] == "gpu-low"
-    assert outputs["kubernetesVersion"] == "1.29"
+    assert outputs["kubernetesVersion"] == "1.31"
 
 
 def test_prod_outputs(prod_plan: Plan) -> None:
