@@ -22,6 +22,7 @@ POOL_LABEL = "gpu-platform.io/pool"
 GPU_NODE_SELECTOR = {NVIDIA_PCI_LABEL: "true"}
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-platform"}
 TENANT_LABEL = "gpu-platform.io/tenant"
+DRIVER_TARGET_LABEL = "gpu-platform.io/driver-target"
 KERNEL_ANNOTATION = "gpu-platform.io/kernel"
 OS_ANNOTATION = "gpu-platform.io/os"
 
@@ -32,6 +33,8 @@ MONITORING_NAMESPACE = GPU_SYSTEM_NAMESPACE
 
 # Priority classes.
 NODE_CRITICAL_PRIORITY = "system-node-critical"
+# Priority classes reserved for the cluster's own components; tenant namespaces admit none of them.
+SYSTEM_PRIORITY_CLASSES = [NODE_CRITICAL_PRIORITY, "system-cluster-critical"]
 HIGH_PRIORITY_CLASS = "gpu-high"
 LOW_PRIORITY_CLASS = "gpu-low"
 

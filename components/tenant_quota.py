@@ -10,8 +10,6 @@ import pulumi_kubernetes as k8s
 from components import labels
 from components.manifests import child_options, metadata
 
-SYSTEM_PRIORITY_CLASSES = ["system-node-critical", "system-cluster-critical"]
-
 
 @dataclass(frozen=True)
 class TenantQuotaArgs:
@@ -48,7 +46,7 @@ class TenantQuota(pulumi.ComponentResource):
         child = child_options(self, opts, namespace)
         k8s.core.v1.ResourceQuota(f"{name}-gpu-quota", metadata=metadata("gpu-quota", args.name), spec={
             "hard": {labels.GPU_QUOTA_KEY: str(args.gpus)}}, opts=child)
-        scoped = [("system-priority", SYSTEM_PRIORITY_CLASSES, {"pods": "0"})]
+        scoped = [("system-priority", labels.SYSTEM_PRIORITY_CLASSES, {"pods": "0"})]
         if args.priority_class == labels.LOW_PRIORITY_CLASS:
             scoped.append(("high-priority-gpus", [labels.HIGH_PRIORITY_CLASS], {labels.GPU_QUOTA_KEY: "0"}))
         for suffix, classes, hard in scoped:

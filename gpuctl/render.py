@@ -22,7 +22,6 @@ from gpuctl.stackfile import StackFile
 from stacks.config import ConfigError, load_stack_config
 from stacks.inventory import KernelTarget, ObservedNode
 from stacks.preflight import RegistryUnreachable, check_driver_images
-from stacks.program import build
 
 KUBERNETES_TYPE = re.compile(r"^kubernetes:(?P<group>[^:]+):(?P<kind>[^:]+)$")
 
@@ -33,6 +32,8 @@ def render_plan(stack_file: StackFile, observed: list[ObservedNode] | None = Non
 
     Online, a stack that enables discovery reads its GPU nodes live when no node list was given.
     """
+    from stacks.program import build  # the providers load only for commands that run the program
+
     return run_program(stack_file.stack, stack_file.config, stack_file.secret_keys,
                        lambda: build(load_stack_config(), observed, discover=online))
 

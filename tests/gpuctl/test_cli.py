@@ -27,3 +27,19 @@ def test_another_pulumi_project_is_not_taken_for_this_one(tmp_path) -> None:
     (tmp_path / "Pulumi.yaml").write_text("name: gpu-platform-tools\nruntime: python\n")
 
     assert project_root(tmp_path) == ROOT
+
+
+def test_check_and_diff_load_no_pulumi_provider_nor_kubernetes_client(tmp_path) -> None:
+    out = tmp_path / "dev"
+    subprocess.run([sys.executable, "-m", "gpuctl", "render", "--stack", "dev", "--out", str(out), "--offline"],
+                   cwd=ROOT, check=True, capture_output=True)
+    probe = (
+        "import sys\n"
+        "from gpuctl.__main__ import main\n"
+        f"main(['check', {str(out)!r}]); main(['diff', {str(out)!r}, {str(out)!r}])\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'pulumi_aws', 'pulumi_kubernetes', 'kubernetes'}))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "[]"
