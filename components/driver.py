@@ -13,7 +13,6 @@ from stacks.catalog import NODE_OSES
 from stacks.inventory import KernelInventory, KernelTarget
 
 SERVICE_ACCOUNT = "nvidia-driver"
-TARGET_LABEL = "gpu-platform.io/driver-target"
 # The driver container touches this file once `nvidia-smi` works; node agents wait for it.
 READY_FILE = "/run/nvidia/validations/.driver-ctr-ready"
 
@@ -103,7 +102,7 @@ class DriverStack(pulumi.ComponentResource):
                      host_path("firmware", "/lib/firmware", "DirectoryOrCreate")],
             **({"imagePullSecrets": [{"name": args.pull_secret}]} if args.pull_secret else {}),
         )
-        target_labels = {TARGET_LABEL: target.slug}
+        target_labels = {labels.DRIVER_TARGET_LABEL: target.slug}
         return k8s.apps.v1.DaemonSet(
             f"{name}-{target.slug}",
             metadata=metadata(f"nvidia-driver-{target.slug}", args.namespace, extra_labels={
@@ -137,7 +136,8 @@ class DriverStack(pulumi.ComponentResource):
         return k8s.batch.v1.Job(
             f"{name}-validation-{target.slug}",
             metadata=metadata(f"driver-validation-{target.slug}", args.namespace, annotations=annotations),
-            spec={"backoffLimit": 6, "template": {"metadata": {"labels": {TARGET_LABEL: target.slug}}, "spec": pod}},
+            spec={"backoffLimit": 6,
+                  "template": {"metadata": {"labels": {labels.DRIVER_TARGET_LABEL: target.slug}}, "spec": pod}},
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
                 replace_on_changes=["spec"], delete_before_replace=True)),
         )

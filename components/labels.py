@@ -23,6 +23,7 @@ GPU_NODE_SELECTOR = {NVIDIA_PCI_LABEL: "true"}
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-platform"}
 TENANT_LABEL = "gpu-platform.io/tenant"
 TENANT_PRIORITY_LABEL = "gpu-platform.io/priority-class"  # on a tenant namespace: the highest class it may use
+DRIVER_TARGET_LABEL = "gpu-platform.io/driver-target"
 KERNEL_ANNOTATION = "gpu-platform.io/kernel"
 OS_ANNOTATION = "gpu-platform.io/os"
 
@@ -33,6 +34,8 @@ MONITORING_NAMESPACE = GPU_SYSTEM_NAMESPACE
 
 # Priority classes.
 NODE_CRITICAL_PRIORITY = "system-node-critical"
+# Priority classes reserved for the cluster's own components; tenant namespaces admit none of them.
+SYSTEM_PRIORITY_CLASSES = [NODE_CRITICAL_PRIORITY, "system-cluster-critical"]
 HIGH_PRIORITY_CLASS = "gpu-high"
 LOW_PRIORITY_CLASS = "gpu-low"
 

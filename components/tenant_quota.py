@@ -10,8 +10,6 @@ import pulumi_kubernetes as k8s
 from components import labels
 from components.manifests import child_options, metadata
 
-SYSTEM_PRIORITY_CLASSES = ["system-node-critical", "system-cluster-critical"]
-
 
 @dataclass(frozen=True)
 class TenantQuotaArgs:
@@ -58,7 +56,7 @@ class TenantQuota(pulumi.ComponentResource):
         # CPU pods count too: without this they could fill the GPU nodes a tenant's quota does not cover.
         k8s.core.v1.ResourceQuota(f"{name}-compute-quota", metadata=metadata("compute-quota", args.name), spec={
             "hard": {"requests.cpu": args.cpu, "requests.memory": args.memory, "pods": str(args.pods)}}, opts=child)
-        scoped = [("system-priority", SYSTEM_PRIORITY_CLASSES, {"pods": "0"})]
+        scoped = [("system-priority", labels.SYSTEM_PRIORITY_CLASSES, {"pods": "0"})]
         if args.priority_class == labels.LOW_PRIORITY_CLASS:
             scoped.append(("high-priority-gpus", [labels.HIGH_PRIORITY_CLASS], {labels.GPU_QUOTA_KEY: "0"}))
         for suffix, classes, hard in scoped:

@@ -22,9 +22,11 @@ from gpuctl.stackfile import StackFile
 from stacks.config import ConfigError, load_stack_config
 from stacks.inventory import KernelTarget, ObservedNode
 from stacks.preflight import RegistryUnreachable, check_driver_images
-from stacks.program import build
 
 KUBERNETES_TYPE = re.compile(r"^kubernetes:(?P<group>[^:]+):(?P<kind>[^:]+)$")
+# libyaml's emitter where PyYAML has it; strings this short never reach the 80-column fold.
+CSafeDumper = getattr(yaml, "CSafeDumper", None)
+PLAIN_LENGTH = 60
 
 
 def render_plan(stack_file: StackFile, observed: list[ObservedNode] | None = None, *,
@@ -33,6 +35,8 @@ def render_plan(stack_file: StackFile, observed: list[ObservedNode] | None = Non
 
     Online, a stack that enables discovery reads its GPU nodes live when no node list was given.
     """
+    from stacks.program import build  # the providers load only for commands that run the program
+
     return run_program(stack_file.stack, stack_file.config, stack_file.secret_keys,
                        lambda: build(load_stack_config(), observed, discover=online))
 
@@ -100,6 +104,26 @@ def check_out(out: Path) -> Path:
     return target
 
 
+def dump_yaml(manifest: dict[str, Any]) -> str:
+    """The manifest as PyYAML's safe_dump writes it; through libyaml when that is byte for byte the same.
+
+    libyaml folds long or multi-line strings and writes empty keys differently, so only manifests whose
+    strings are all short, printable ASCII and non-empty keys take the fast path.
+    """
+    fast = CSafeDumper is not None and _plain(manifest)
+    return yaml.dump(manifest, Dumper=CSafeDumper if fast else yaml.SafeDumper, sort_keys=False)
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, str):
+        return len(value) <= PLAIN_LENGTH and (not value or (value.isascii() and value.isprintable()))
+    if isinstance(value, dict):
+        return all(isinstance(key, str) and key and _plain(key) and _plain(item) for key, item in value.items())
+    if isinstance(value, list):
+        return all(_plain(item) for item in value)
+    return True
+
+
 def write_render(plan: dict[str, Any], out: Path) -> int:
     """Write plan.json and manifests/ to `out` at once: a failed or interrupted render leaves `out` as it was."""
     target = check_out(out)
@@ -115,8 +139,7 @@ def write_render(plan: dict[str, Any], out: Path) -> int:
         (staging / "manifests").mkdir()
         objects = manifests(plan)
         for manifest in objects:
-            (staging / "manifests" / manifest_filename(manifest)).write_text(
-                yaml.safe_dump(manifest, sort_keys=False))
+            (staging / "manifests" / manifest_filename(manifest)).write_text(dump_yaml(manifest))
         if target.exists():
             target.rename(retired)
         staging.rename(target)

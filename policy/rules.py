@@ -26,8 +26,6 @@ from pulumi_policy import (
 
 from components import labels
 from components.images import ImageName
-from components.driver import TARGET_LABEL
-from components.tenant_quota import SYSTEM_PRIORITY_CLASSES
 from policy.index import index
 
 DEFAULT_OVERCOMMIT = 1.0
@@ -264,7 +262,7 @@ def _gpu_pods_tolerate_taint(args: StackValidationArgs, report: ReportViolation)
 
 
 def _driver_pinned_to_kernel(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    if kind(args.resource_type) != "DaemonSet" or not dig(args.props, "metadata", "labels", TARGET_LABEL):
+    if kind(args.resource_type) != "DaemonSet" or not dig(args.props, "metadata", "labels", labels.DRIVER_TARGET_LABEL):
         return
     spec = pod_spec(args.resource_type, args.props) or {}
     name = describe(args.resource_type, args.props)
@@ -373,13 +371,13 @@ def _denies_system_priority(quota: Mapping[str, Any]) -> bool:
     return (str(dig(quota, "spec", "hard", "pods")) == "0" and not dig(quota, "spec", "scopes")
             and len(expressions) == 1 and expressions[0].get("scopeName") == "PriorityClass"
             and expressions[0].get("operator") == "In"
-            and set(SYSTEM_PRIORITY_CLASSES) <= set(items(expressions[0].get("values"))))
+            and set(labels.SYSTEM_PRIORITY_CLASSES) <= set(items(expressions[0].get("values"))))
 
 
 def _tenant_no_system_priority(args: StackValidationArgs, report: ReportViolation) -> None:
     for namespace, resource in tenant_namespaces(args.resources).items():
         if not any(_denies_system_priority(q) for q in quotas(args.resources, namespace)):
-            classes = ", ".join(SYSTEM_PRIORITY_CLASSES)
+            classes = ", ".join(labels.SYSTEM_PRIORITY_CLASSES)
             report(f"tenant namespace {namespace} does not block the priority classes {classes}, so its pods can "
                    "preempt the GPU node agents; add a ResourceQuota with hard pods: \"0\" and scopeSelector "
                    f"PriorityClass In [{classes}]", resource.urn)
@@ -458,7 +456,7 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
     ),
     StackValidationPolicy(
         name="tenant-no-system-priority",
-        description=f"Tenant namespaces admit no pods of the {' or '.join(SYSTEM_PRIORITY_CLASSES)} priority class.",
+        description=f"Tenant namespaces admit no pods of the {' or '.join(labels.SYSTEM_PRIORITY_CLASSES)} priority class.",
         validate=_tenant_no_system_priority,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),

@@ -89,3 +89,19 @@ def test_an_unreadable_pull_secret_file_is_one_line_exit_2(tmp_path) -> None:
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "--registry-pull-secret-file" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_check_and_diff_load_no_pulumi_provider_nor_kubernetes_client(tmp_path) -> None:
+    out = tmp_path / "dev"
+    subprocess.run([sys.executable, "-m", "gpuctl", "render", "--stack", "dev", "--out", str(out), "--offline"],
+                   cwd=ROOT, check=True, capture_output=True)
+    probe = (
+        "import sys\n"
+        "from gpuctl.__main__ import main\n"
+        f"main(['check', {str(out)!r}]); main(['diff', {str(out)!r}, {str(out)!r}])\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'pulumi_aws', 'pulumi_kubernetes', 'kubernetes'}))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "[]"

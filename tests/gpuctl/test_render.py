@@ -13,6 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from gpuctl.render import dump_yaml, manifests
 from tests.conftest import ROOT, render_stack
 
 STACKS = {"dev": "1.31", "prod": "1.31"}
@@ -320,3 +321,21 @@ def test_an_interrupted_render_leaves_the_previous_render_intact(tmp_path, monke
 
     assert snapshot(out) == before
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+YAML_EDGE_CASES = ["yes", "0123", "1e3", ":", "- a", "null", "~", "a: b", "#x", " lead", "trail ", "'q'", "a\tb",
+                   "2024-01-01", "ą", "", "x" * 200, "one\ntwo", "a long string " * 10, "\x07"]
+
+
+@pytest.mark.parametrize("value", YAML_EDGE_CASES)
+def test_manifest_yaml_is_byte_for_byte_pyyaml_safe_dump(value: str) -> None:
+    manifest = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"},
+                "data": {value: value, "list": [value, {value: [value]}]}}
+
+    assert dump_yaml(manifest) == yaml.safe_dump(manifest, sort_keys=False)
+
+
+def test_every_prod_manifest_is_written_as_pyyaml_safe_dump_writes_it(prod_plan) -> None:
+    objects = manifests(prod_plan.document)
+
+    assert objects and all(dump_yaml(m) == yaml.safe_dump(m, sort_keys=False) for m in objects)
