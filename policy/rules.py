@@ -40,6 +40,7 @@ POOL_COMPONENT = "gpu-platform:index:GpuNodePool"
 MACHINE_SET = "kubernetes:machine.openshift.io/v1beta1:MachineSet"
 AUTO_SCALING_GROUP = "aws:autoscaling/group:Group"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+CLUSTER_POLICY = "kubernetes:nvidia.com/v1:ClusterPolicy"
 
 # Where each workload kind keeps the pod spec it runs.
 _TEMPLATE = ("spec", "template", "spec")
@@ -278,6 +279,32 @@ def _driver_pinned_to_kernel(args: ResourceValidationArgs, report: ReportViolati
                f"use the precompiled tag <branch>-{kernel}-<os>", None)
 
 
+# NVIDIA's configuration for shared clusters: the container toolkit takes the device list only from the device
+# plugin (volume mounts or CDI), never from an unprivileged container's NVIDIA_VISIBLE_DEVICES.
+HARDENED_TOOLKIT_ENV = {"ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED": "false",
+                        "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS": "true"}
+DEVICE_LIST_STRATEGIES = frozenset({"volume-mounts", "cdi-annotations", "cdi-cri"})
+
+
+def _env(spec: Any) -> dict[str, str]:
+    return {str(entry.get("name")): str(entry.get("value")) for entry in items(dig(spec, "env"))
+            if isinstance(entry, Mapping)}
+
+
+def _gpu_access_through_device_plugin(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != CLUSTER_POLICY:
+        return
+    name = describe(args.resource_type, args.props)
+    toolkit = _env(dig(args.props, "spec", "toolkit"))
+    wrong = [f"{key}={value}" for key, value in HARDENED_TOOLKIT_ENV.items() if toolkit.get(key) != value]
+    strategy = _env(dig(args.props, "spec", "devicePlugin")).get("DEVICE_LIST_STRATEGY", "")
+    if not strategy or not set(strategy.split(",")) <= DEVICE_LIST_STRATEGIES:
+        wrong.append("devicePlugin DEVICE_LIST_STRATEGY=volume-mounts (or CDI)")
+    if wrong:
+        report(f"{name} lets any container that sets NVIDIA_VISIBLE_DEVICES reach every GPU of its node, outside "
+               f"the GPU quota; set {', '.join(wrong)}", None)
+
+
 def _no_latest_images(args: ResourceValidationArgs, report: ReportViolation) -> None:
     for container in containers(pod_spec(args.resource_type, args.props) or {}):
         image = str(container.get("image"))
@@ -418,6 +445,13 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
         name="driver-pinned-to-kernel",
         description="Each driver DaemonSet is pinned to one kernel and runs the image built for that kernel.",
         validate=_driver_pinned_to_kernel,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="gpu-access-only-through-device-plugin",
+        description="The ClusterPolicy makes the container toolkit ignore NVIDIA_VISIBLE_DEVICES from unprivileged "
+                    "containers and the device plugin pass devices as volume mounts or CDI.",
+        validate=_gpu_access_through_device_plugin,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
     ResourceValidationPolicy(

@@ -106,6 +106,19 @@ def pod_taints(doc: Document) -> list[dict[str, Any]]:
     return pod(doc, "pool-t4-inference")["taints"]
 
 
+def cluster_policy(doc: Document, toolkit_env: dict[str, str], plugin_env: dict[str, str]) -> None:
+    """A ClusterPolicy with these toolkit and device-plugin environment variables."""
+    env = lambda values: [{"name": key, "value": value} for key, value in values.items()]  # noqa: E731
+    add(doc, "kubernetes:nvidia.com/v1:ClusterPolicy", "operands", {
+        "apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "operands"},
+        "spec": {"toolkit": {"enabled": True, "env": env(toolkit_env)},
+                 "devicePlugin": {"enabled": True, "env": env(plugin_env)}}})
+
+
+HARDENED = {"ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED": "false",
+            "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS": "true"}
+
+
 # (id, policy, stack, plan mutation, violated?, the resource the violation names, None for the stack)
 Case = tuple[str, str, str, Callable[[Document], None], bool, str | None]
 CASES: list[Case] = [
@@ -152,6 +165,18 @@ CASES: list[Case] = [
          image="nvcr.io/nvidia/driver:580-6.8.0-1021-aws-ubuntu22.04"), True, DRIVER_1019),
     ("driver-not-pinned", "driver-pinned-to-kernel", "dev",
      lambda d: pod(d, DRIVER_42)["nodeSelector"].pop(labels.KERNEL_LABEL), True, DRIVER_42),
+
+    ("hardened-cluster-policy", "gpu-access-only-through-device-plugin", "prod",
+     lambda d: cluster_policy(d, HARDENED, {"DEVICE_LIST_STRATEGY": "volume-mounts"}), False, None),
+    ("cdi-cluster-policy", "gpu-access-only-through-device-plugin", "prod",
+     lambda d: cluster_policy(d, HARDENED, {"DEVICE_LIST_STRATEGY": "cdi-annotations,cdi-cri"}), False, None),
+    ("toolkit-accepts-visible-devices", "gpu-access-only-through-device-plugin", "prod",
+     lambda d: cluster_policy(d, {**HARDENED, "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED": "true"},
+                              {"DEVICE_LIST_STRATEGY": "volume-mounts"}), True, "operands"),
+    ("device-list-by-envvar", "gpu-access-only-through-device-plugin", "prod",
+     lambda d: cluster_policy(d, HARDENED, {"DEVICE_LIST_STRATEGY": "envvar"}), True, "operands"),
+    ("cluster-policy-defaults", "gpu-access-only-through-device-plugin", "dev",
+     lambda d: cluster_policy(d, {}, {}), True, "operands"),
 
     ("digest-pinned-image", "no-latest-images", "dev", lambda d: pod(d, "nfd-nfd-gc")["containers"][0].update(
         image=f"registry.k8s.io/nfd/node-feature-discovery@sha256:{'0' * 64}"), False, None),
