@@ -24,3 +24,11 @@ class ImageName:
             head, rest = DOCKER_HUB, (name if slash else f"library/{name}")
         repository, _, tag = rest.partition(":")
         return cls(head, repository, tag or None, digest or None)
+
+
+def operand_image(image: str) -> dict[str, str]:
+    """An image as the GPU Operator's resources name it: repository, image, and version (a tag, or `sha256:...`)."""
+    name = ImageName.parse(image)
+    repository, _, base = name.repository.rpartition("/")
+    return {"repository": "/".join(part for part in (name.registry, repository) if part), "image": base,
+            "version": name.digest or name.tag}

@@ -1,4 +1,6 @@
-"""Well-known keys, names and images: the one source of truth shared by components, policies and tests."""
+"""Well-known keys, names and pinned versions: the one source of truth shared by components, policies and tests."""
+
+from dataclasses import dataclass
 
 # Extended resource advertised by the device plugin, and the quota key that caps it.
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -27,10 +29,12 @@ DRIVER_TARGET_LABEL = "gpu-platform.io/driver-target"
 KERNEL_ANNOTATION = "gpu-platform.io/kernel"
 OS_ANNOTATION = "gpu-platform.io/os"
 
-# Namespaces.
-GPU_SYSTEM_NAMESPACE = "gpu-system"
-NFD_NAMESPACE = "node-feature-discovery"
-MONITORING_NAMESPACE = GPU_SYSTEM_NAMESPACE
+# Namespaces: where the operators and their operands run, per flavor (NVIDIA's and Red Hat's documented ones).
+GPU_OPERATOR_NAMESPACES = {"kubernetes": "gpu-operator", "openshift": "nvidia-gpu-operator"}
+NFD_NAMESPACES = {"kubernetes": "node-feature-discovery", "openshift": "openshift-nfd"}
+SYSTEM_NAMESPACES = (*GPU_OPERATOR_NAMESPACES.values(), *NFD_NAMESPACES.values())
+DCGM_EXPORTER_APP = "nvidia-dcgm-exporter"  # the operator's app label on the exporter's pods, Service, ServiceMonitor
+DCGM_EXPORTER_PORT = 9400
 
 # Priority classes.
 NODE_CRITICAL_PRIORITY = "system-node-critical"
@@ -39,8 +43,9 @@ SYSTEM_PRIORITY_CLASSES = [NODE_CRITICAL_PRIORITY, "system-cluster-critical"]
 HIGH_PRIORITY_CLASS = "gpu-high"
 LOW_PRIORITY_CLASS = "gpu-low"
 
-# Pulumi-kubernetes annotation: do not wait for the object to become ready.
+# pulumi-kubernetes annotations (provider/pkg/metadata/annotations.go): do not wait for readiness; wait this long.
 SKIP_AWAIT = "pulumi.com/skipAwait"
+TIMEOUT_SECONDS = "pulumi.com/timeoutSeconds"
 
 # Cluster-autoscaler discovery and scale-from-zero node-template tags (ASG) and annotations (MachineSet).
 CA_ENABLED_TAG = "k8s.io/cluster-autoscaler/enabled"
@@ -55,13 +60,55 @@ MACHINESET_CAPACITY_ANNOTATIONS = {
 }
 MACHINESET_GPU_TYPE_LABEL = "cluster-api/accelerator"
 
-# Images: NVIDIA's current releases (GPU Operator 25.10 line) and upstream NFD.
+# Pinned dependencies. NVIDIA's GPU Operator v26.7.0 (deployments/gpu-operator/values.yaml and Chart.yaml at that tag)
+# runs every GPU operand; NFD v0.19.0 is the release that operator ships as its subchart.
 NVIDIA_REGISTRY = "nvcr.io/nvidia"
-IMAGES = {
-    "nfd": "registry.k8s.io/nfd/node-feature-discovery:v0.18.2",
-    "toolkit": "nvcr.io/nvidia/k8s/container-toolkit:v1.18.0",
-    "devicePlugin": "nvcr.io/nvidia/k8s-device-plugin:v0.18.0",
-    "dcgmExporter": "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04",
-    "validator": "nvcr.io/nvidia/cloud-native/gpu-operator-validator:v25.10.0",
-    "cudaSample": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
+GPU_OPERATOR_VERSION = "v26.7.0"
+
+
+@dataclass(frozen=True)
+class HelmChart:
+    """A chart pinned to one version in one repository (a Helm repository URL or an OCI registry path)."""
+
+    repository: str
+    chart: str
+    version: str
+
+
+@dataclass(frozen=True)
+class OlmPackage:
+    """An OLM package pinned to one ClusterServiceVersion of one channel of a catalog."""
+
+    package: str
+    channel: str
+    csv: str
+    source: str
+    namespace: str
+
+
+GPU_OPERATOR_CHART = HelmChart("https://helm.ngc.nvidia.com/nvidia", "gpu-operator", GPU_OPERATOR_VERSION)
+NFD_CHART = HelmChart("oci://registry.k8s.io/nfd/charts", "node-feature-discovery", "0.19.0")
+# OpenShift: NVIDIA's certified bundle (bundle/metadata/annotations.yaml: channel v26.7, OpenShift 4.18-4.22).
+GPU_OPERATOR_OLM = OlmPackage("gpu-operator-certified", "v26.7", f"gpu-operator-certified.{GPU_OPERATOR_VERSION}",
+                              "certified-operators", "nvidia-gpu-operator")
+# Red Hat's NFD operator ships per OpenShift minor; the CSV of each supported minor.
+NFD_OLM_NAMESPACE = "openshift-nfd"
+NFD_OLM_CSVS = {"4.18": "nfd.4.18.0-202509240837"}
+
+
+def nfd_olm_package(csv: str) -> OlmPackage:
+    return OlmPackage("nfd", "stable", csv, "redhat-operators", NFD_OLM_NAMESPACE)
+
+
+# The operand images of GPU Operator v26.7.0, by ClusterPolicy section; `images` in the stack config overrides them.
+OPERAND_IMAGES = {
+    "toolkit": "nvcr.io/nvidia/k8s/container-toolkit:v1.20.0",
+    "devicePlugin": "nvcr.io/nvidia/k8s-device-plugin:v0.20.0",
+    "gfd": "nvcr.io/nvidia/k8s-device-plugin:v0.20.0",
+    "dcgmExporter": "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless",
+    "validator": f"nvcr.io/nvidia/gpu-operator:{GPU_OPERATOR_VERSION}",
+    "migManager": "nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.15.0",
+    "driverManager": "nvcr.io/nvidia/cloud-native/k8s-driver-manager:v0.12.0",
 }
+# OpenShift: `oc` for the job that approves the pinned operator's install plan, from the release's own CLI image.
+OPENSHIFT_CLI_IMAGE = "registry.redhat.io/openshift4/ose-cli-rhel9:v{minor}"

@@ -1,4 +1,4 @@
-"""Small builders for manifest fragments that every node agent repeats."""
+"""Small builders every component shares: object metadata, Helm releases, children's options."""
 
 from __future__ import annotations
 
@@ -21,49 +21,19 @@ def metadata(name: str, namespace: str | None = None, *, extra_labels: dict[str,
     return meta
 
 
-def host_path(name: str, path: str, kind: str | None = None) -> dict[str, Any]:
-    """A hostPath volume."""
-    source: dict[str, Any] = {"path": path}
-    if kind:
-        source["type"] = kind
-    return {"name": name, "hostPath": source}
+def helm_release(resource_name: str, chart: labels.HelmChart, namespace: str, values: dict[str, Any],
+                 opts: pulumi.ResourceOptions) -> k8s.helm.v3.Release:
+    """A pinned chart installed as a Helm release named after the chart; every value shows in the plan.
 
-
-def node_agent_pod(name: str, *, service_account: str, containers: list[dict[str, Any]],
-                   volumes: list[dict[str, Any]] | None = None, node_selector: dict[str, str] | None = None,
-                   **spec: Any) -> dict[str, Any]:
-    """Pod spec of an agent that runs on every GPU node: critical priority, tolerates the GPU taint."""
-    return {
-        "serviceAccountName": service_account,
-        "automountServiceAccountToken": spec.pop("automountServiceAccountToken", False),
-        "priorityClassName": labels.NODE_CRITICAL_PRIORITY,
-        "nodeSelector": node_selector or dict(labels.GPU_NODE_SELECTOR),
-        "tolerations": [dict(labels.GPU_TOLERATION)],
-        "containers": containers,
-        "volumes": volumes or [],
-        **spec,
-    }
-
-
-def daemonset_spec(app: str, pod_spec: dict[str, Any], *, strategy: dict[str, Any] | None = None,
-                   extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
-    """DaemonSet spec whose selector and template share the app labels."""
-    selector = {"app.kubernetes.io/name": app, **(extra_labels or {})}
-    return {
-        "selector": {"matchLabels": selector},
-        "updateStrategy": strategy or {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
-        "template": {"metadata": {"labels": selector}, "spec": pod_spec},
-    }
-
-
-def privileged_scc_binding(resource_name: str, namespace: str, accounts: list[str], opts: Any) -> None:
-    """OpenShift: let these service accounts run privileged, hostPath pods (the privileged SCC) in one namespace."""
-    k8s.rbac.v1.RoleBinding(
-        resource_name, metadata=metadata("gpu-platform-privileged-scc", namespace),
-        subjects=[{"kind": "ServiceAccount", "name": account, "namespace": namespace} for account in accounts],
-        role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                  "name": "system:openshift:scc:privileged"},
-        opts=opts)
+    `pulumi up` waits for the release's workloads to become ready (Helm's own wait), up to 10 minutes; the
+    release is replaced only when its name or namespace changes (helm_release.go), anything else upgrades it.
+    """
+    oci = chart.repository.startswith("oci://")
+    return k8s.helm.v3.Release(
+        resource_name, name=chart.chart, namespace=namespace, version=chart.version, values=values,
+        chart=f"{chart.repository}/{chart.chart}" if oci else chart.chart,
+        repository_opts=None if oci else k8s.helm.v3.RepositoryOptsArgs(repo=chart.repository),
+        timeout=600, opts=opts)
 
 
 def child_options(parent: pulumi.Resource, opts: pulumi.ResourceOptions | None,

@@ -1,4 +1,4 @@
-"""MonitoringStack: DCGM exporter on every GPU node, scraped by Prometheus, with alerts and a dashboard."""
+"""MonitoringStack: alerts and a dashboard on the GPU Operator's DCGM exporter, and who may scrape it."""
 
 from __future__ import annotations
 
@@ -9,34 +9,40 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import labels
-from components.device_plugin import RUNTIME_CLASS
-from components.manifests import child_options, daemonset_spec, host_path, metadata, node_agent_pod
+from components.manifests import child_options, metadata
 
-APP = "nvidia-dcgm-exporter"
-METRICS_PORT = 9400
+# Alerts on metrics the pinned dcgm-exporter collects by default (its dcp-metrics-included.csv, which the operator
+# loads) and on kube-state-metrics for the operator's DaemonSets. (alert, expr, for, severity, summary, description)
+def alerts(namespace: str) -> list[tuple[str, str, str, str, str, str]]:
+    app = labels.DCGM_EXPORTER_APP
+    return [
+        # DCGM_FI_DEV_XID_ERRORS holds the last XID a GPU reported: alert when it changes to a new error, and stop
+        # once it has been quiet for the window, rather than forever after the first one.
+        ("GpuXidError", "DCGM_FI_DEV_XID_ERRORS != 0 and changes(DCGM_FI_DEV_XID_ERRORS[10m]) > 0", "0m", "critical",
+         "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} reported XID {{ $value }}",
+         "An XID is a driver-reported GPU fault. Cordon the node, check `dmesg | grep NVRM`, and see NVIDIA's XID "
+         "catalog."),
+        ("GpuRowRemapFailure", "DCGM_FI_DEV_ROW_REMAP_FAILURE > 0", "0m", "critical",
+         "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} failed to remap a memory row",
+         "The GPU can no longer hide uncorrectable memory errors. Drain the node and have the GPU replaced."),
+        ("GpuTemperatureHigh", "DCGM_FI_DEV_GPU_TEMP > 85", "5m", "warning",
+         "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} is at {{ $value }} C",
+         "Sustained heat throttles clocks. Check the instance's cooling and the workload's power draw."),
+        ("DcgmExporterDown", f'up{{job="{app}"}} == 0', "10m", "warning",
+         "DCGM exporter on {{ $labels.instance }} is not scraped",
+         f"No GPU metrics from this node: GPU alerts are blind there. Check the {app} pods in {namespace}."),
+        ("GpuDriverUnavailable",
+         f'kube_daemonset_status_number_unavailable{{namespace="{namespace}",daemonset=~"nvidia-gpu-driver-.*"}} > 0',
+         "15m", "critical", "Driver DaemonSet {{ $labels.daemonset }} has unavailable pods",
+         "Nodes on this kernel have no working driver and no GPUs. Check the NVIDIADriver's status, the driver pod "
+         "logs and that its image exists."),
+        ("GpuNodeWithoutAllocatableGpus",
+         'kube_node_status_allocatable{resource="nvidia_com_gpu"} == 0 '
+         'and on(node) kube_node_labels{label_feature_node_kubernetes_io_pci_10de_present="true"}',
+         "15m", "warning", "GPU node {{ $labels.node }} advertises no GPUs",
+         "The device plugin is not advertising nvidia.com/gpu. Check the driver, toolkit and device plugin pods."),
+    ]
 
-ALERTS = [
-    ("GpuXidError", "increase(DCGM_FI_DEV_XID_ERRORS[10m]) > 0 or DCGM_FI_DEV_XID_ERRORS > 0", "0m", "critical",
-     "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} reported XID {{ $value }}",
-     "An XID is a driver-reported GPU fault. Cordon the node, check `dmesg | grep NVRM`, and see NVIDIA's XID catalog."),
-    ("GpuDoubleBitEccErrors", "increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[10m]) > 0", "0m", "critical",
-     "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} has uncorrectable ECC errors",
-     "Uncorrectable memory errors corrupt results. Drain the node and reset or replace the GPU."),
-    ("GpuTemperatureHigh", "DCGM_FI_DEV_GPU_TEMP > 85", "5m", "warning",
-     "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} is at {{ $value }} C",
-     "Sustained heat throttles clocks. Check the instance's cooling and the workload's power draw."),
-    ("DcgmExporterDown", f'up{{job="{APP}"}} == 0 or absent(up{{job="{APP}"}})', "10m", "warning",
-     "DCGM exporter is not scraped", "No GPU metrics: GPU alerts are blind. Check the exporter pods in gpu-system."),
-    ("GpuDriverPodsUnavailable",
-     'kube_daemonset_status_number_unavailable{namespace="gpu-system",daemonset=~"nvidia-driver-.*"} > 0',
-     "15m", "critical", "Driver DaemonSet {{ $labels.daemonset }} has unavailable pods",
-     "Nodes on this kernel have no working driver and no GPUs. Check the driver pod logs and the image tag."),
-    ("GpuNodeWithoutAllocatableGpus",
-     'kube_node_status_allocatable{resource="nvidia_com_gpu"} == 0 '
-     'and on(node) kube_node_labels{label_feature_node_kubernetes_io_pci_10de_present="true"}',
-     "15m", "warning", "GPU node {{ $labels.node }} advertises no GPUs",
-     "The device plugin is not advertising nvidia.com/gpu. Check the driver, toolkit and device plugin pods."),
-]
 
 PANELS = [
     ("GPU utilisation (%)", "avg by (Hostname, gpu) (DCGM_FI_DEV_GPU_UTIL)"),
@@ -66,64 +72,41 @@ def dashboard() -> dict:
 
 @dataclass(frozen=True)
 class MonitoringStackArgs:
-    """The exporter image and where Prometheus and Grafana pick objects up."""
+    """Where the exporter runs, who may scrape it, and whether the Prometheus Operator's CRDs exist."""
 
-    dcgm_exporter_image: str
-    namespace: str = labels.MONITORING_NAMESPACE
+    namespace: str
+    scrapers: tuple[str, ...]
+    prometheus_operator: bool
 
 
 class MonitoringStack(pulumi.ComponentResource):
-    """DCGM exporter DaemonSet and Service on port 9400, its ServiceMonitor, GPU alerts and a dashboard."""
+    """GPU alerts (PrometheusRule, where the Prometheus Operator runs), a Grafana dashboard, and a fence that lets
+    only the monitoring namespaces reach the DCGM exporter, whose metrics name every tenant's pods.
 
-    metrics_port: int
+    The exporter, its Service and its ServiceMonitor are the GPU Operator's (ClusterPolicy dcgmExporter).
+    """
 
     def __init__(self, name: str, args: MonitoringStackArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:MonitoringStack", name, None, opts)
-        self.metrics_port = METRICS_PORT
         child = child_options(self, opts)
-        namespace = args.namespace
-        selector = {"app.kubernetes.io/name": APP}
-        k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=metadata(APP, namespace),
-                                   automount_service_account_token=False, opts=child)
-        container = {
-            "name": "dcgm-exporter", "image": args.dcgm_exporter_image,
-            "env": [{"name": "DCGM_EXPORTER_LISTEN", "value": f":{METRICS_PORT}"},
-                    {"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"},
-                    {"name": "DCGM_EXPORTER_COLLECTORS", "value": "/etc/dcgm-exporter/dcp-metrics-included.csv"}],
-            "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
-            "securityContext": {"runAsNonRoot": False, "runAsUser": 0,
-                                "capabilities": {"add": ["SYS_ADMIN"], "drop": ["ALL"]}},
-            "volumeMounts": [{"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources",
-                              "readOnly": True}],
-            "readinessProbe": {"httpGet": {"path": "/health", "port": METRICS_PORT}, "initialDelaySeconds": 45},
-            "livenessProbe": {"httpGet": {"path": "/health", "port": METRICS_PORT}, "initialDelaySeconds": 45,
-                              "periodSeconds": 5},
-        }
-        pod = node_agent_pod(APP, service_account=APP, containers=[container], runtimeClassName=RUNTIME_CLASS,
-                             volumes=[host_path("pod-resources", "/var/lib/kubelet/pod-resources")])
-        k8s.apps.v1.DaemonSet(f"{name}-dcgm-exporter", metadata=metadata(APP, namespace),
-                              spec=daemonset_spec(APP, pod), opts=child)
-        k8s.core.v1.Service(f"{name}-service", metadata=metadata(APP, namespace, extra_labels=selector), spec={
-            "selector": selector,
-            "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": METRICS_PORT, "protocol": "TCP"}],
-        }, opts=child)
-        k8s.apiextensions.CustomResource(
-            f"{name}-service-monitor", api_version="monitoring.coreos.com/v1", kind="ServiceMonitor",
-            metadata=metadata(APP, namespace),
-            spec={"selector": {"matchLabels": selector}, "namespaceSelector": {"matchNames": [namespace]},
-                  "endpoints": [{"port": "metrics", "path": "/metrics", "interval": "15s", "relabelings": [
-                      {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}]}]},
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-dcgm-exporter-fence", metadata=metadata("dcgm-exporter-scrapers-only", args.namespace),
+            spec={"podSelector": {"matchLabels": {"app": labels.DCGM_EXPORTER_APP}}, "policyTypes": ["Ingress"],
+                  "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {
+                      "kubernetes.io/metadata.name": scraper}}} for scraper in args.scrapers],
+                      "ports": [{"protocol": "TCP", "port": labels.DCGM_EXPORTER_PORT}]}]},
             opts=child)
-        k8s.apiextensions.CustomResource(
-            f"{name}-alerts", api_version="monitoring.coreos.com/v1", kind="PrometheusRule",
-            metadata=metadata("gpu-alerts", namespace),
-            spec={"groups": [{"name": "gpu-platform.rules", "rules": [{
-                "alert": alert, "expr": expr, "for": wait, "labels": {"severity": severity},
-                "annotations": {"summary": summary, "description": description},
-            } for alert, expr, wait, severity, summary, description in ALERTS]}]},
-            opts=child)
+        if args.prometheus_operator:
+            k8s.apiextensions.CustomResource(
+                f"{name}-alerts", api_version="monitoring.coreos.com/v1", kind="PrometheusRule",
+                metadata=metadata("gpu-alerts", args.namespace),
+                spec={"groups": [{"name": "gpu-platform.rules", "rules": [{
+                    "alert": alert, "expr": expr, "for": wait, "labels": {"severity": severity},
+                    "annotations": {"summary": summary, "description": description},
+                } for alert, expr, wait, severity, summary, description in alerts(args.namespace)]}]},
+                opts=child)
         k8s.core.v1.ConfigMap(
             f"{name}-dashboard",
-            metadata=metadata("gpu-dashboard", namespace, extra_labels={"grafana_dashboard": "1"}),
+            metadata=metadata("gpu-dashboard", args.namespace, extra_labels={"grafana_dashboard": "1"}),
             data={"gpu-platform.json": json.dumps(dashboard(), indent=2, sort_keys=True)}, opts=child)
-        self.register_outputs({"metricsPort": self.metrics_port})
+        self.register_outputs({})

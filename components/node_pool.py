@@ -11,17 +11,49 @@ import pulumi_kubernetes as k8s
 
 from components import labels
 from components.manifests import child_options, metadata
-from stacks.config import ClusterConfig, NodePoolConfig
+from fleet.catalog import InstanceType
+from fleet.kernels import KernelTarget
 
 MACHINE_API_NAMESPACE = "openshift-machine-api"
 
 
 @dataclass(frozen=True)
-class GpuNodePoolArgs:
-    """What one pool needs: its own config and the cluster it joins."""
+class MachineSetPlacement:
+    """OpenShift: where the MachineSet's machines go (the infrastructure name prefixes the installer's AWS names)."""
 
-    pool: NodePoolConfig
-    cluster: ClusterConfig
+    infrastructure_id: str
+    machine_set: str
+    region: str
+    zone: str
+
+
+@dataclass(frozen=True)
+class AutoScalingPlacement:
+    """Kubernetes on AWS: the cluster the nodes join and where the Auto Scaling Group launches them."""
+
+    cluster: str
+    subnet_ids: tuple[str, ...]
+    security_group_ids: tuple[str, ...]
+    instance_profile: str
+
+
+@dataclass(frozen=True)
+class GpuNodePoolArgs:
+    """One pool: its machines, their size bounds and boot image, and where they go.
+
+    `kernel` is what the image boots (Kubernetes); None on OpenShift, where nodes run the release's kernel.
+    """
+
+    name: str
+    instance_type: str
+    instance: InstanceType
+    replicas: int
+    min_replicas: int
+    max_replicas: int
+    image: str
+    root_volume_gib: int
+    placement: MachineSetPlacement | AutoScalingPlacement
+    kernel: KernelTarget | None = None
 
 
 class GpuNodePool(pulumi.ComponentResource):
@@ -30,37 +62,28 @@ class GpuNodePool(pulumi.ComponentResource):
     node_selector: dict[str, str]
     taints: list[dict[str, str]]
     gpu_capacity: int
-    os: str
-    kernel: str
 
     def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:GpuNodePool", name, None, opts)
-        pool, cluster = args.pool, args.cluster
-        self.node_selector = {labels.POOL_LABEL: pool.name}
+        self.node_selector = {labels.POOL_LABEL: args.name}
         self.taints = [dict(labels.GPU_TAINT)]
-        self.gpu_capacity = pool.gpu_capacity
-        self.os, self.kernel = pool.os, pool.kernel
+        self.gpu_capacity = args.replicas * args.instance.gpus
         child = child_options(self, opts)
-        node_labels = {**self.node_selector, labels.MACHINESET_GPU_TYPE_LABEL: pool.instance.gpu_model}
-        if cluster.flavor == "openshift":
-            self._machine_set(name, pool, cluster, node_labels, child)
+        node_labels = {**self.node_selector, labels.MACHINESET_GPU_TYPE_LABEL: args.instance.gpu_model}
+        if isinstance(args.placement, MachineSetPlacement):
+            self._machine_set(name, args, args.placement, node_labels, child)
         else:
-            self._auto_scaling_group(name, pool, cluster, node_labels, child)
-        self.register_outputs({
-            "nodeSelector": self.node_selector, "taints": self.taints, "gpuCapacity": self.gpu_capacity,
-            "os": self.os, "kernel": self.kernel,
-        })
+            self._auto_scaling_group(name, args, args.placement, node_labels, child)
+        self.register_outputs({"nodeSelector": self.node_selector, "taints": self.taints,
+                               "gpuCapacity": self.gpu_capacity})
 
-    def _machine_set(self, name: str, pool: NodePoolConfig, cluster: ClusterConfig,
+    def _machine_set(self, name: str, pool: GpuNodePoolArgs, placement: MachineSetPlacement,
                      node_labels: dict[str, str], opts: pulumi.ResourceOptions) -> None:
-        infra = cluster.infrastructure_id
-        zone = pool.zone(cluster)
-        machine_set = pool.machine_set_name(cluster)
+        infra, zone, machine_set = placement.infrastructure_id, placement.zone, placement.machine_set
         selector = {"machine.openshift.io/cluster-api-cluster": infra,
                     "machine.openshift.io/cluster-api-machineset": machine_set}
         instance = pool.instance
         annotations = {
-            **kernel_annotations(pool),
             labels.MACHINESET_CAPACITY_ANNOTATIONS["cpu"]: str(instance.vcpus),
             labels.MACHINESET_CAPACITY_ANNOTATIONS["memory"]: str(instance.memory_mib),
             labels.MACHINESET_CAPACITY_ANNOTATIONS["gpu"]: str(instance.gpus),
@@ -89,7 +112,7 @@ class GpuNodePool(pulumi.ComponentResource):
                                                       "encrypted": True}}],
                             "credentialsSecret": {"name": "aws-cloud-credentials"},
                             "iamInstanceProfile": {"id": f"{infra}-worker-profile"},
-                            "placement": {"availabilityZone": zone, "region": cluster.region},
+                            "placement": {"availabilityZone": zone, "region": placement.region},
                             "securityGroups": [{"filters": [{"name": "tag:Name", "values": [f"{infra}-node"]}]}],
                             "subnet": {"filters": [{"name": "tag:Name",
                                                     "values": [f"{infra}-subnet-private-{zone}"]}]},
@@ -108,16 +131,16 @@ class GpuNodePool(pulumi.ComponentResource):
             metadata=metadata(machine_set, MACHINE_API_NAMESPACE),
             spec={
                 "minReplicas": pool.min_replicas,
-                "maxReplicas": pool.autoscaler_max,
+                "maxReplicas": pool.max_replicas,
                 "scaleTargetRef": {"apiVersion": "machine.openshift.io/v1beta1", "kind": "MachineSet",
                                    "name": machine_set},
             },
             opts=opts,
         )
 
-    def _auto_scaling_group(self, name: str, pool: NodePoolConfig, cluster: ClusterConfig,
+    def _auto_scaling_group(self, name: str, pool: GpuNodePoolArgs, cluster: AutoScalingPlacement,
                             node_labels: dict[str, str], opts: pulumi.ResourceOptions) -> None:
-        group_name = f"{cluster.name}-gpu-{pool.name}"
+        group_name = f"{cluster.cluster}-gpu-{pool.name}"
         template = aws.ec2.LaunchTemplate(
             f"{name}-launch-template",
             name=group_name,
@@ -129,7 +152,7 @@ class GpuNodePool(pulumi.ComponentResource):
                 "volume_size": pool.root_volume_gib, "volume_type": "gp3", "encrypted": "true",
                 "delete_on_termination": "true"}}],
             metadata_options={"http_tokens": "required", "http_put_response_hop_limit": 2},
-            user_data=base64.b64encode(kubelet_user_data(cluster.name, node_labels).encode()).decode(),
+            user_data=base64.b64encode(kubelet_user_data(cluster.cluster, node_labels).encode()).decode(),
             tags=kernel_annotations(pool),
             tag_specifications=[{"resource_type": "instance", "tags": {"Name": group_name, **kernel_annotations(pool)}}],
             opts=opts,
@@ -137,8 +160,8 @@ class GpuNodePool(pulumi.ComponentResource):
         instance = pool.instance
         autoscaler_tags = {
             labels.CA_ENABLED_TAG: "true",
-            labels.CA_CLUSTER_TAG.format(cluster=cluster.name): "owned",
-            f"kubernetes.io/cluster/{cluster.name}": "owned",
+            labels.CA_CLUSTER_TAG.format(cluster=cluster.cluster): "owned",
+            f"kubernetes.io/cluster/{cluster.cluster}": "owned",
             labels.CA_TAINT_TAG.format(key=labels.GPU_TAINT["key"]): f":{labels.GPU_TAINT['effect']}",
             labels.CA_RESOURCE_TAG.format(resource=labels.GPU_RESOURCE): str(instance.gpus),
             **kernel_annotations(pool),
@@ -149,7 +172,7 @@ class GpuNodePool(pulumi.ComponentResource):
             f"{name}-asg",
             name=group_name,
             min_size=pool.min_replicas,
-            max_size=pool.autoscaler_max,
+            max_size=pool.max_replicas,
             desired_capacity=pool.replicas,
             vpc_zone_identifiers=list(cluster.subnet_ids),
             launch_template={"id": template.id, "version": template.latest_version.apply(str)},
@@ -160,9 +183,9 @@ class GpuNodePool(pulumi.ComponentResource):
         )
 
 
-def kernel_annotations(pool: NodePoolConfig) -> dict[str, str]:
+def kernel_annotations(pool: GpuNodePoolArgs) -> dict[str, str]:
     """The OS and kernel the pool's image boots: a kernel upgrade is a visible change of the pool itself."""
-    return {labels.KERNEL_ANNOTATION: pool.kernel, labels.OS_ANNOTATION: pool.os}
+    return {labels.KERNEL_ANNOTATION: pool.kernel.kernel, labels.OS_ANNOTATION: pool.kernel.os}
 
 
 def kubelet_user_data(cluster: str, node_labels: dict[str, str]) -> str:

@@ -13,7 +13,8 @@ import pydantic
 
 from gpuctl.stackfile import StackFile, load_stack_file, stack_file_path
 from stacks.config import PROJECT, ConfigError
-from stacks.inventory import ObservedNode, parse_node_list
+from fleet.kernels import ObservedNode
+from stacks.inventory import parse_node_list
 
 ROOT = Path(__file__).resolve().parent.parent
 OK, VIOLATION, BAD_INPUT = 0, 1, 2

@@ -18,7 +18,7 @@ from components import labels
 from gpuctl.cli import OK, load_plan, observed_nodes
 from gpuctl.replacements import replace_reasons
 from stacks.config import ConfigError
-from stacks.inventory import KernelTarget, ObservedNode
+from fleet.kernels import KernelTarget, ObservedNode
 
 SYMBOLS = {"create": "+", "update": "~", "replace": "+-", "delete": "-"}
 COLOURS = {"create": "green", "update": "yellow", "replace": "magenta", "delete": "red"}

@@ -20,10 +20,11 @@ from gpuctl.cli import OK, VIOLATION, add_stack_arguments, observed_nodes, stack
 from gpuctl.runtime import run_program
 from gpuctl.stackfile import StackFile
 from stacks.config import ConfigError, load_stack_config
-from stacks.inventory import KernelTarget, ObservedNode
+from fleet.kernels import KernelTarget, ObservedNode
 from stacks.preflight import RegistryUnreachable, check_driver_images
 
 KUBERNETES_TYPE = re.compile(r"^kubernetes:(?P<group>[^:]+):(?P<kind>[^:]+)$")
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"  # a release of a chart, not an object the API server stores
 # libyaml's emitter where PyYAML has it; strings this short never reach the 80-column fold.
 CSafeDumper = getattr(yaml, "CSafeDumper", None)
 PLAIN_LENGTH = 60
@@ -61,7 +62,7 @@ def manifests(plan: dict[str, Any]) -> list[dict[str, Any]]:
     """Every Kubernetes object of the plan, as it would be sent to the API server."""
     objects = []
     for resource in plan["resources"]:
-        if resource["custom"] and KUBERNETES_TYPE.match(resource["type"]):
+        if resource["custom"] and KUBERNETES_TYPE.match(resource["type"]) and resource["type"] != HELM_RELEASE:
             inputs = resource["inputs"]
             head = {key: inputs[key] for key in ("apiVersion", "kind", "metadata") if key in inputs}
             objects.append({**head, **inputs})

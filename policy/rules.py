@@ -30,7 +30,7 @@ from policy.index import index
 
 DEFAULT_OVERCOMMIT = 1.0
 DEFAULT_REGISTRIES = ("nvcr.io", "registry.k8s.io")
-SYSTEM_NAMESPACES = (labels.GPU_SYSTEM_NAMESPACE, labels.NFD_NAMESPACE)
+SYSTEM_NAMESPACES = labels.SYSTEM_NAMESPACES
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 TENANT_POD_SECURITY = ("baseline", "restricted")
 CLUSTER_ADMIN = "cluster-admin"
@@ -339,7 +339,7 @@ def _host_access_in_system_namespaces(args: ResourceValidationArgs, report: Repo
     if uses:
         report(f"{describe(args.resource_type, args.props)} uses {', '.join(uses)}; only the GPU node agents in "
                f"{' or '.join(SYSTEM_NAMESPACES)} may reach into the host. Drop them, or run the agent in "
-               f"{labels.GPU_SYSTEM_NAMESPACE}", None)
+               f"{labels.GPU_OPERATOR_NAMESPACES['kubernetes']}", None)
 
 
 def _tenant_pod_security(args: ResourceValidationArgs, report: ReportViolation) -> None:

@@ -12,7 +12,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, Va
 from pydantic.alias_generators import to_camel
 
 from components import labels
-from stacks.catalog import INSTANCE_TYPES, NODE_OSES, InstanceType
+from fleet.catalog import INSTANCE_TYPES, KUBERNETES_OSES, NODE_OSES, OPENSHIFT_KUBERNETES, InstanceType
+from fleet.kernels import DriverRelease, KernelTarget
 
 PROJECT = "gpu-platform"
 # From 1.30: tenant pods are fenced by a ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in 1.30).
@@ -51,9 +52,12 @@ class StrictModel(BaseModel):
 
 
 class DiscoveryConfig(StrictModel):
-    """Live read of the kernels running on the cluster's GPU nodes (NFD labels), through a kubeconfig."""
+    """Live read of the kernels running on the cluster's GPU nodes (NFD labels), through a kubeconfig.
 
-    enabled: bool = False
+    On by default: under `pulumi up` it is the evidence that lets a driver go when no node runs its kernel.
+    """
+
+    enabled: bool = True
     kubeconfig: str | None = None
     context: str | None = None
     timeout_seconds: float = Field(default=10.0, gt=0, le=120)
@@ -64,7 +68,11 @@ class ClusterConfig(StrictModel):
 
     name: Annotated[str, _dns_label(40)]
     flavor: Literal["openshift", "kubernetes"]
-    kubernetes_version: str
+    kubernetes_version: str | None = None
+    release: str | None = Field(default=None, pattern=r"^4\.\d+\.\d+$", description="OpenShift release, e.g. 4.18.21")
+    kernel: str | None = Field(default=None, description="OpenShift: the RHCOS kernel the release ships (uname -r)")
+    nfd_operator_csv: str | None = Field(default=None, pattern=r"^nfd\.4\.\d+\.\d+-\d{12}$",
+                                         description="OpenShift: the NFD operator CSV to pin (default per release)")
     region: str = Field(default="us-east-1", pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
     infrastructure_id: str | None = Field(default=None, description="OpenShift infrastructure name (MachineSet prefix)")
     subnet_ids: tuple[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")], ...] = ()
@@ -85,17 +93,69 @@ class ClusterConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> ClusterConfig:
+        if self.flavor == "openshift":
+            self._check_openshift()
+        else:
+            if self.release or self.kernel:
+                raise ValueError("release and kernel belong to OpenShift clusters; on Kubernetes each pool declares "
+                                 "the kernel its image boots")
+            if not (self.subnet_ids and self.security_group_ids and self.instance_profile):
+                raise ValueError("subnetIds, securityGroupIds and instanceProfile are required on Kubernetes "
+                                 "(Auto Scaling Group pools)")
+        if self.kubernetes_version is None:
+            raise ValueError("kubernetesVersion is required on Kubernetes, as \"1.NN\"")
         if self.kubernetes_version not in SUPPORTED_KUBERNETES_VERSIONS:
             raise ValueError(
                 f"kubernetesVersion {self.kubernetes_version!r} is not supported; use one of "
                 f"{SUPPORTED_KUBERNETES_VERSIONS[0]}..{SUPPORTED_KUBERNETES_VERSIONS[-1]} as \"1.NN\" (tenant pods are "
                 "fenced by a ValidatingAdmissionPolicy, GA in 1.30)"
             )
-        if self.flavor == "openshift" and not self.infrastructure_id:
-            raise ValueError("infrastructureId is required on OpenShift (oc get infrastructure cluster -o jsonpath='{.status.infrastructureName}')")
-        if self.flavor == "kubernetes" and not (self.subnet_ids and self.security_group_ids and self.instance_profile):
-            raise ValueError("subnetIds, securityGroupIds and instanceProfile are required on Kubernetes (Auto Scaling Group pools)")
         return self
+
+    def _check_openshift(self) -> None:
+        if not self.infrastructure_id:
+            raise ValueError("infrastructureId is required on OpenShift "
+                             "(oc get infrastructure cluster -o jsonpath='{.status.infrastructureName}')")
+        if not self.release or not self.kernel:
+            raise ValueError("release and kernel are required on OpenShift: the release (oc get clusterversion) and "
+                             "the RHCOS kernel it ships (uname -r on a node), which every node runs")
+        if self.minor not in OPENSHIFT_KUBERNETES:
+            raise ValueError(f"release {self.release!r} is not supported; use OpenShift "
+                             f"{', '.join(OPENSHIFT_KUBERNETES)}")
+        node_os = NODE_OSES[self.node_os]
+        if not node_os.kernel_pattern.match(self.kernel):
+            raise ValueError(f"kernel {self.kernel!r} is not an RHCOS kernel release (uname -r), "
+                             f"e.g. {node_os.kernel_example!r}")
+        if self.nfd_operator_csv is None and self.minor not in labels.NFD_OLM_CSVS:
+            raise ValueError(f"nfdOperatorCsv is required for OpenShift {self.minor}: the NFD operator version to pin, "
+                             "as `oc get packagemanifest nfd -n openshift-marketplace -o jsonpath="
+                             "'{.status.channels[?(@.name==\"stable\")].currentCSV}'` prints it")
+        expected = OPENSHIFT_KUBERNETES[self.minor]
+        if self.kubernetes_version is None:
+            object.__setattr__(self, "kubernetes_version", expected)
+        elif self.kubernetes_version != expected:
+            raise ValueError(f"kubernetesVersion {self.kubernetes_version!r} does not match OpenShift {self.minor}, "
+                             f"which runs Kubernetes {expected}; set {expected!r} or leave it out")
+
+    @property
+    def minor(self) -> str:
+        """OpenShift: the release's minor, 4.NN."""
+        return self.release.rsplit(".", 1)[0]
+
+    @property
+    def nfd_csv(self) -> str:
+        """OpenShift: the pinned NFD operator CSV."""
+        return self.nfd_operator_csv or labels.NFD_OLM_CSVS[self.minor]
+
+    @property
+    def node_os(self) -> str:
+        """OpenShift: the RHCOS of the release (rhcos4.NN)."""
+        return f"rhcos{self.minor}"
+
+    @property
+    def kernel_target(self) -> KernelTarget | None:
+        """OpenShift: the kernel every node runs once the Machine Config Operator has rolled the release."""
+        return KernelTarget(self.node_os, self.kernel) if self.flavor == "openshift" else None
 
 
 class NodePoolConfig(StrictModel):
@@ -106,8 +166,8 @@ class NodePoolConfig(StrictModel):
     replicas: int = Field(ge=0, le=MAX_POOL_NODES)
     min_replicas: int = Field(default=0, ge=0, le=MAX_POOL_NODES)
     max_replicas: int | None = Field(default=None, ge=0, le=MAX_POOL_NODES)
-    os: str
-    kernel: str
+    os: str | None = None
+    kernel: str | None = None
     image: str = Field(pattern=r"^ami-[0-9a-f]{8,17}$")
     availability_zone: str | None = None
     root_volume_gib: int = Field(default=200, ge=50, le=16384)
@@ -118,13 +178,13 @@ class NodePoolConfig(StrictModel):
             close = difflib.get_close_matches(self.instance_type, INSTANCE_TYPES, n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(INSTANCE_TYPES))}"
             raise ValueError(f"instanceType {self.instance_type!r} is not a known GPU instance type; {hint}")
-        node_os = NODE_OSES.get(self.os)
-        if node_os is None:
-            raise ValueError(f"os {self.os!r} is not supported; use one of {', '.join(NODE_OSES)}")
-        if not node_os.kernel_pattern.match(self.kernel):
-            raise ValueError(
-                f"kernel {self.kernel!r} is not a {self.os} kernel release (uname -r), e.g. {node_os.kernel_example!r}"
-            )
+        if self.os is not None or self.kernel is not None:
+            node_os = NODE_OSES.get(self.os or "")
+            if node_os is None or node_os.openshift:
+                raise ValueError(f"os {self.os!r} is not supported; use one of {', '.join(KUBERNETES_OSES)}")
+            if not node_os.kernel_pattern.match(self.kernel or ""):
+                raise ValueError(f"kernel {self.kernel!r} is not a {self.os} kernel release (uname -r), "
+                                 f"e.g. {node_os.kernel_example!r}")
         if self.max_replicas is not None and not self.min_replicas <= self.replicas <= self.max_replicas:
             raise ValueError("replicas must lie within minReplicas..maxReplicas")
         if self.min_replicas > self.replicas:
@@ -134,6 +194,11 @@ class NodePoolConfig(StrictModel):
     @property
     def instance(self) -> InstanceType:
         return INSTANCE_TYPES[self.instance_type]
+
+    @property
+    def kernel_target(self) -> KernelTarget | None:
+        """Kubernetes: the (os, kernel) the pool's image boots."""
+        return KernelTarget(self.os, self.kernel) if self.os and self.kernel else None
 
     @property
     def gpu_capacity(self) -> int:
@@ -153,17 +218,28 @@ class NodePoolConfig(StrictModel):
 
 
 class DriverConfig(StrictModel):
-    """The NVIDIA data-center driver: branch and version, and the registry holding its precompiled images."""
+    """The NVIDIA data-center driver: branch and version, where its images live, and how nodes take a new one."""
 
     branch: str = Field(default="580", pattern=r"^\d{3}$")
     version: str = Field(default="580.95.05", pattern=r"^\d{3}\.\d+(\.\d+)?$")
     repository: str = Field(default=labels.NVIDIA_REGISTRY, pattern=r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)*$")
+    precompiled: bool | None = Field(default=None, description="precompiled images (default on Kubernetes); else "
+                                                               "built on the node (OpenShift: Driver Toolkit)")
+    max_parallel_upgrades: int = Field(default=1, ge=1, le=100)
+    max_unavailable: str = Field(default="25%", pattern=r"^([1-9]\d{0,3}|[1-9]\d?%|100%)$")
+    drain: bool = Field(default=False, description="drain every pod off a node, not only GPU pods, before its "
+                                                   "driver is reloaded")
 
     @model_validator(mode="after")
     def _check(self) -> DriverConfig:
         if not self.version.startswith(f"{self.branch}."):
             raise ValueError(f"version {self.version!r} is not on branch {self.branch!r}; set both together")
         return self
+
+    def release(self, flavor: str) -> DriverRelease:
+        """The driver images: precompiled by default on Kubernetes, built on the node (Driver Toolkit) on OpenShift."""
+        precompiled = self.precompiled if self.precompiled is not None else flavor == "kubernetes"
+        return DriverRelease(self.repository, self.branch, self.version, precompiled)
 
 
 class TenantConfig(StrictModel):
@@ -195,19 +271,33 @@ class DevicePluginConfig(StrictModel):
     time_slicing_replicas: int | None = Field(default=None, ge=2, le=64)
 
 
-def _image(default: str):
-    return Field(default=default, pattern=r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+(:[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})$")
+def _image():
+    return Field(default=None, pattern=r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+(:[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})$")
 
 
 class ImagesConfig(StrictModel):
-    """Images of the node agents, pinned to NVIDIA's and NFD's current releases."""
+    """Overrides of operand images; each one unset is the image the pinned GPU Operator (or NFD) release ships."""
 
-    nfd: str = _image(labels.IMAGES["nfd"])
-    toolkit: str = _image(labels.IMAGES["toolkit"])
-    device_plugin: str = _image(labels.IMAGES["devicePlugin"])
-    dcgm_exporter: str = _image(labels.IMAGES["dcgmExporter"])
-    validator: str = _image(labels.IMAGES["validator"])
-    cuda_sample: str = _image(labels.IMAGES["cudaSample"])
+    nfd: str | None = _image()
+    toolkit: str | None = _image()
+    device_plugin: str | None = _image()
+    dcgm_exporter: str | None = _image()
+    validator: str | None = _image()
+    driver_manager: str | None = _image()
+
+    def operands(self) -> dict[str, str]:
+        """The GPU Operator operand images set here, by ClusterPolicy section (toolkit, devicePlugin, ...)."""
+        return {to_camel(name): image for name, image in self.model_dump().items()
+                if image is not None and name != "nfd"}
+
+
+class MonitoringConfig(StrictModel):
+    """Whether the cluster runs the Prometheus Operator (built into OpenShift; optional on Kubernetes)."""
+
+    prometheus_operator: bool | None = Field(default=None, description="create ServiceMonitor and PrometheusRule")
+
+    def enabled(self, flavor: str) -> bool:
+        return self.prometheus_operator if self.prometheus_operator is not None else flavor == "openshift"
 
 
 def _docker_config_json(secret: SecretStr) -> SecretStr:
@@ -235,6 +325,7 @@ class StackConfig(StrictModel):
     tenants: tuple[TenantConfig, ...] = ()
     device_plugin: DevicePluginConfig = DevicePluginConfig()
     images: ImagesConfig = ImagesConfig()
+    monitoring: MonitoringConfig = MonitoringConfig()
     registry_pull_secret: Annotated[SecretStr, AfterValidator(_docker_config_json)] | None = None
     preflight: bool = True
 
@@ -246,21 +337,43 @@ class StackConfig(StrictModel):
                 if item.name in seen:
                     raise ValueError(f"{field}: name {item.name!r} appears twice; names must be unique")
                 seen.add(item.name)
+        openshift = self.cluster.flavor == "openshift"
         for pool in self.node_pools:
-            if NODE_OSES[pool.os].openshift != (self.cluster.flavor == "openshift"):
-                raise ValueError(
-                    f"nodePools: pool {pool.name!r} runs {pool.os}, which does not fit a {self.cluster.flavor} cluster"
-                )
-            if self.cluster.flavor == "openshift" and len(name := pool.machine_set_name(self.cluster)) > 63:
+            if openshift and (pool.os or pool.kernel):
+                raise ValueError(f"nodePools: pool {pool.name!r} sets os or kernel, but OpenShift nodes run the kernel "
+                                 "of the cluster release (a pool's image is only its boot image); remove them and set "
+                                 "cluster.release and cluster.kernel")
+            if not openshift and pool.kernel_target is None:
+                raise ValueError(f"nodePools: pool {pool.name!r} needs os and kernel: the OS and kernel its image boots")
+            if openshift and len(name := pool.machine_set_name(self.cluster)) > 63:
                 raise ValueError(
                     f"nodePools: pool {pool.name!r} makes the MachineSet name {name!r} {len(name)} characters long, "
                     "over the 63 of a label value; shorten the pool name"
                 )
+        if self.images.nfd and openshift:
+            raise ValueError("images: nfd applies to Kubernetes; on OpenShift the NFD operator runs the NFD image "
+                             "of the cluster release")
         return self
 
     @property
     def gpu_capacity(self) -> int:
         return sum(pool.gpu_capacity for pool in self.node_pools)
+
+    def kernel_target(self, pool: NodePoolConfig) -> KernelTarget:
+        """The kernel a pool's nodes run: its image's on Kubernetes, the cluster release's on OpenShift."""
+        return self.cluster.kernel_target or pool.kernel_target
+
+    @property
+    def declared_kernels(self) -> set[KernelTarget]:
+        return {self.kernel_target(pool) for pool in self.node_pools}
+
+    @property
+    def driver_release(self) -> DriverRelease:
+        return self.driver.release(self.cluster.flavor)
+
+    @property
+    def prometheus_operator(self) -> bool:
+        return self.monitoring.enabled(self.cluster.flavor)
 
 
 CONFIG_KEYS = {to_camel(name): name for name in StackConfig.model_fields}

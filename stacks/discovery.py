@@ -13,7 +13,8 @@ from kubernetes.client.exceptions import ApiException
 from components import labels
 from stacks.config import PROJECT, ConfigError, DiscoveryConfig
 from stacks.deadline import DeadlineExceeded, within
-from stacks.inventory import ObservedNode, parse_node_list
+from fleet.kernels import ObservedNode
+from stacks.inventory import parse_node_list
 
 GPU_NODE_SELECTOR = f"{labels.NVIDIA_PCI_LABEL}=true"
 _TIMEOUT_KEY = f"{PROJECT}:cluster.discovery.timeoutSeconds"

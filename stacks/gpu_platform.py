@@ -1,4 +1,4 @@
-"""GpuPlatform: the six components composed into one dependency graph (DESIGN.md's state machine)."""
+"""GpuPlatform: the operators, the drivers per kernel, the pools and the tenants, composed into one graph."""
 
 from __future__ import annotations
 
@@ -7,55 +7,65 @@ import pulumi_kubernetes as k8s
 
 from components import labels
 from components.admission import TenantAdmission, TenantAdmissionArgs
+from components.cluster_policy import ClusterPolicyStack, ClusterPolicyStackArgs
 from components.device_plugin import DevicePluginStack, DevicePluginStackArgs
 from components.driver import DriverStack, DriverStackArgs
-from components.manifests import metadata, privileged_scc_binding
+from components.gpu_operator import GpuOperator, GpuOperatorArgs
+from components.manifests import metadata
 from components.monitoring import MonitoringStack, MonitoringStackArgs
 from components.nfd import NfdStack, NfdStackArgs
-from components.node_pool import GpuNodePool, GpuNodePoolArgs
+from components.node_pool import AutoScalingPlacement, GpuNodePool, GpuNodePoolArgs, MachineSetPlacement
 from components.tenant_quota import TenantQuota, TenantQuotaArgs
-from stacks.config import StackConfig
-from stacks.inventory import KernelInventory, KernelTarget
+from fleet.kernels import KernelInventory
+from stacks.config import NodePoolConfig, StackConfig
 
 PULL_SECRET = "nvidia-registry"
-# Service accounts of the privileged node agents; on OpenShift they need the privileged SCC.
-PRIVILEGED_AGENTS = ["nvidia-driver", "nvidia-container-toolkit", "nvidia-device-plugin",
-                     "nvidia-gpu-feature-discovery", "nvidia-dcgm-exporter"]
 
 
 class GpuPlatform(pulumi.ComponentResource):
-    """NFD -> drivers (one per kernel) -> pools, validations -> toolkit and device plugin -> monitoring; tenants."""
+    """NFD -> GPU Operator -> device-plugin config -> ClusterPolicy -> NVIDIADriver per kernel -> the pools on that
+    kernel; monitoring after the operator; priority classes and the tenant admission policy -> tenants."""
 
     def __init__(self, name: str, config: StackConfig, inventory: KernelInventory,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:GpuPlatform", name, None, opts)
-        images = config.images
-        openshift = config.cluster.flavor == "openshift"
-        system = self._system_namespace(openshift)
-        in_system = pulumi.ResourceOptions(parent=self, depends_on=[system])
-        pull_secret = self._pull_secret(config, in_system)
+        cluster = config.cluster
+        flavor = cluster.flavor
+        openshift = flavor == "openshift"
+        namespace = labels.GPU_OPERATOR_NAMESPACES[flavor]
+        cli_image = labels.OPENSHIFT_CLI_IMAGE.format(minor=cluster.minor) if openshift else None
 
-        nfd = NfdStack("nfd", NfdStackArgs(image=images.nfd, openshift=openshift), pulumi.ResourceOptions(parent=self))
+        nfd = NfdStack("nfd", NfdStackArgs(
+            flavor=flavor, image=config.images.nfd, cli_image=cli_image,
+            olm=labels.nfd_olm_package(cluster.nfd_csv) if openshift else None,
+        ), pulumi.ResourceOptions(parent=self))
+        operator = GpuOperator("gpu-operator", GpuOperatorArgs(
+            flavor=flavor, cli_image=cli_image,
+            namespace_labels={"openshift.io/cluster-monitoring": "true"} if openshift else {},
+        ), pulumi.ResourceOptions(parent=self, depends_on=[nfd.ready]))
+        after_install = pulumi.ResourceOptions(parent=self, depends_on=[operator.installed])
+        device_plugin = DevicePluginStack("device-plugin", DevicePluginStackArgs(
+            namespace=namespace, time_slicing_replicas=config.device_plugin.time_slicing_replicas), after_install)
+        cluster_policy = ClusterPolicyStack("cluster-policy", ClusterPolicyStackArgs(
+            flavor=flavor, images={**labels.OPERAND_IMAGES, **config.images.operands()},
+            device_plugin_config=device_plugin.config, service_monitor=config.prometheus_operator,
+        ), pulumi.ResourceOptions(parent=self, depends_on=[operator.installed, device_plugin]))
+        pull_secret = self._pull_secret(config, namespace, operator.installed)
         driver = DriverStack("driver", DriverStackArgs(
-            inventory=inventory, repository=config.driver.repository, branch=config.driver.branch,
-            version=config.driver.version, validator_image=images.validator, pull_secret=pull_secret,
-        ), pulumi.ResourceOptions(parent=self, depends_on=[system, nfd]))
+            inventory=inventory, release=config.driver_release,
+            manager_image=config.images.driver_manager or labels.OPERAND_IMAGES["driverManager"],
+            max_parallel_upgrades=config.driver.max_parallel_upgrades,
+            max_unavailable=config.driver.max_unavailable, drain=config.driver.drain, pull_secret=pull_secret,
+        ), pulumi.ResourceOptions(parent=self, depends_on=[operator.installed, cluster_policy.policy]))
 
         self.pools = {
-            pool.name: GpuNodePool(f"pool-{pool.name}", GpuNodePoolArgs(pool=pool, cluster=config.cluster),
-                                   pulumi.ResourceOptions(parent=self, depends_on=[
-                                       driver.daemonsets[KernelTarget(pool.os, pool.kernel)]]))
+            pool.name: GpuNodePool(f"pool-{pool.name}", self._pool_args(config, pool), pulumi.ResourceOptions(
+                parent=self, depends_on=[driver.drivers[config.kernel_target(pool)]]))
             for pool in config.node_pools
         }
-        device_plugin = DevicePluginStack("device-plugin", DevicePluginStackArgs(
-            toolkit_image=images.toolkit, device_plugin_image=images.device_plugin,
-            validator_image=images.validator, cuda_sample_image=images.cuda_sample,
-            container_runtime="crio" if openshift else "containerd",
-            time_slicing_replicas=config.device_plugin.time_slicing_replicas,
-            await_validation=any(inventory.nodes.values()),
-        ), pulumi.ResourceOptions(parent=self, depends_on=[system, *driver.validations.values()]))
-        MonitoringStack("monitoring", MonitoringStackArgs(dcgm_exporter_image=images.dcgm_exporter),
-                        pulumi.ResourceOptions(parent=self, depends_on=[system, device_plugin.validation]))
+        MonitoringStack("monitoring", MonitoringStackArgs(
+            namespace=namespace, scrapers=cluster.scrapers, prometheus_operator=config.prometheus_operator,
+        ), after_install)
 
         priority_classes = self._priority_classes()
         # Bound before any tenant namespace exists, so no tenant pod is ever admitted unchecked.
@@ -63,42 +73,47 @@ class GpuPlatform(pulumi.ComponentResource):
         self.tenants = {
             tenant.name: TenantQuota(f"tenant-{tenant.name}", TenantQuotaArgs(
                 name=tenant.name, gpus=tenant.gpus, priority_class=tenant.priority_class, group=tenant.rbac_group,
-                cpu=tenant.cpu, memory=tenant.memory, pods=tenant.pods, scrapers=config.cluster.scrapers,
+                cpu=tenant.cpu, memory=tenant.memory, pods=tenant.pods, scrapers=cluster.scrapers,
                 protect=not tenant.retired,
             ), pulumi.ResourceOptions(parent=self, depends_on=[*priority_classes, admission]))
             for tenant in config.tenants
         }
-        if openshift:
-            self._privileged_scc(in_system)
 
         self.outputs = {
-            "cluster": config.cluster.name,
-            "kubernetesVersion": config.cluster.kubernetes_version,
+            "cluster": cluster.name,
+            "kubernetesVersion": cluster.kubernetes_version,
             "capacity": {pool.name: pool.gpu_capacity for pool in config.node_pools},
             "totalGpus": config.gpu_capacity,
-            "kernels": [f"{target.os}/{target.kernel}" for target in inventory.targets],
+            "kernels": [target.key for target in inventory.targets],
+            "keptKernels": [target.key for target in inventory.kept],
             "driverImages": driver.images,
             "tenants": {tenant.name: {"gpus": tenant.gpus, "priorityClass": tenant.priority_class}
                         for tenant in config.tenants},
         }
         self.register_outputs(self.outputs)
 
-    def _system_namespace(self, openshift: bool) -> k8s.core.v1.Namespace:
-        ns_labels = {"pod-security.kubernetes.io/enforce": "privileged"}
-        if openshift:
-            ns_labels["openshift.io/cluster-monitoring"] = "true"
-        return k8s.core.v1.Namespace("gpu-system", metadata=metadata(labels.GPU_SYSTEM_NAMESPACE,
-                                                                     extra_labels=ns_labels),
-                                     opts=pulumi.ResourceOptions(parent=self))
+    @staticmethod
+    def _pool_args(config: StackConfig, pool: NodePoolConfig) -> GpuNodePoolArgs:
+        cluster = config.cluster
+        if cluster.flavor == "openshift":
+            placement = MachineSetPlacement(cluster.infrastructure_id, pool.machine_set_name(cluster),
+                                            cluster.region, pool.zone(cluster))
+        else:
+            placement = AutoScalingPlacement(cluster.name, cluster.subnet_ids, cluster.security_group_ids,
+                                             cluster.instance_profile)
+        return GpuNodePoolArgs(
+            name=pool.name, instance_type=pool.instance_type, instance=pool.instance, replicas=pool.replicas,
+            min_replicas=pool.min_replicas, max_replicas=pool.autoscaler_max, image=pool.image,
+            root_volume_gib=pool.root_volume_gib, placement=placement, kernel=pool.kernel_target)
 
-    def _pull_secret(self, config: StackConfig, opts: pulumi.ResourceOptions) -> str | None:
+    def _pull_secret(self, config: StackConfig, namespace: str, after: pulumi.Resource) -> str | None:
         if config.registry_pull_secret is None:
             return None
         k8s.core.v1.Secret(
-            "registry-pull-secret", metadata=metadata(PULL_SECRET, labels.GPU_SYSTEM_NAMESPACE),
+            "registry-pull-secret", metadata=metadata(PULL_SECRET, namespace),
             type="kubernetes.io/dockerconfigjson",
             string_data={".dockerconfigjson": pulumi.Output.secret(config.registry_pull_secret.get_secret_value())},
-            opts=opts)
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[after]))
         return PULL_SECRET
 
     def _priority_classes(self) -> list[k8s.scheduling.v1.PriorityClass]:
@@ -114,6 +129,3 @@ class GpuPlatform(pulumi.ComponentResource):
                 global_default=False,
                 description="Best-effort GPU jobs: never preempt others, first to be preempted.", opts=child),
         ]
-
-    def _privileged_scc(self, opts: pulumi.ResourceOptions) -> None:
-        privileged_scc_binding("privileged-node-agents", labels.GPU_SYSTEM_NAMESPACE, PRIVILEGED_AGENTS, opts)

@@ -1,68 +1,15 @@
-"""The kernel inventory: kernels the pools declare plus kernels observed on the cluster's GPU nodes."""
+"""Node inventories: the GPU nodes of a `kubectl get nodes -o json` answer, validated, with the kernels they run."""
 
 from __future__ import annotations
 
-import hashlib
 import re
-from collections import defaultdict
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from components import labels
-from stacks.catalog import NODE_OSES, OS_BY_RELEASE
-from stacks.config import ConfigError, StackConfig
-
-
-@dataclass(frozen=True, order=True)
-class KernelTarget:
-    """One (os, kernel) pair: what a driver image is built for."""
-
-    os: str
-    kernel: str
-
-    @property
-    def slug(self) -> str:
-        """A DNS-1123 label fragment, stable for the same pair, short enough for derived names."""
-        readable = re.sub(r"[^a-z0-9]+", "-", f"{self.os}-{self.kernel}".lower()).strip("-")
-        if len(readable) <= 40:
-            return readable
-        digest = hashlib.sha256(f"{self.os}/{self.kernel}".encode()).hexdigest()[:8]
-        return f"{readable[:31].rstrip('-')}-{digest}"
-
-    def driver_image(self, repository: str, branch: str) -> str:
-        """NVIDIA's precompiled driver tag form: <repository>/driver:<branch>-<kernel>-<os>."""
-        return f"{repository}/driver:{branch}-{self.kernel}-{NODE_OSES[self.os].tag_suffix}"
-
-
-@dataclass(frozen=True)
-class ObservedNode:
-    """A GPU node as NFD labelled it."""
-
-    name: str
-    target: KernelTarget
-
-
-@dataclass(frozen=True)
-class KernelInventory:
-    """Every (os, kernel) that needs a driver, and which live nodes run each."""
-
-    targets: tuple[KernelTarget, ...]
-    nodes: Mapping[KernelTarget, tuple[str, ...]] = field(default_factory=dict)
-    observed: bool = False
-
-    @classmethod
-    def build(cls, config: StackConfig, observed: Iterable[ObservedNode] | None = None) -> KernelInventory:
-        nodes: dict[KernelTarget, list[str]] = defaultdict(list)
-        for node in observed or ():
-            nodes[node.target].append(node.name)
-        declared = {KernelTarget(pool.os, pool.kernel) for pool in config.node_pools}
-        targets = tuple(sorted(declared | set(nodes)))
-        return cls(targets, {target: tuple(sorted(names)) for target, names in nodes.items()}, observed is not None)
-
-    def running(self, target: KernelTarget) -> tuple[str, ...]:
-        """Names of observed nodes that run this kernel (empty when none, or when nothing was observed)."""
-        return self.nodes.get(target, ())
+from fleet.catalog import NODE_OSES, OS_BY_RELEASE
+from fleet.kernels import KernelTarget, ObservedNode
+from stacks.config import ConfigError
 
 
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")

@@ -21,7 +21,7 @@ from email.message import Message
 from components.images import DOCKER_HUB, ImageName
 from stacks.config import PROJECT, ConfigError
 from stacks.deadline import DeadlineExceeded, within
-from stacks.inventory import KernelTarget
+from fleet.kernels import KernelTarget
 
 MANIFEST_MEDIA_TYPES = (
     "application/vnd.oci.image.index.v1+json",

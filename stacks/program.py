@@ -6,15 +6,15 @@ from collections.abc import Iterable
 
 import pulumi
 
+from fleet.kernels import KernelInventory, KernelTarget, ObservedNode
 from stacks.config import ConfigError, StackConfig, load_stack_config
 from stacks.discovery import read_live_nodes
-from stacks.inventory import KernelInventory, ObservedNode
 from stacks.gpu_platform import GpuPlatform
 from stacks.preflight import check_driver_images
 
 
 def build(config: StackConfig, observed: Iterable[ObservedNode] | None = None, *, discover: bool = False,
-          preflight: bool = False) -> GpuPlatform:
+          preflight: bool = False, previous: Iterable[KernelTarget] = ()) -> GpuPlatform:
     """Compose the platform for a validated config and the nodes observed on the cluster, and export outputs.
 
     Args:
@@ -22,13 +22,13 @@ def build(config: StackConfig, observed: Iterable[ObservedNode] | None = None, *
         observed: GPU nodes already read (a `kubectl get nodes -o json` file); None when not known.
         discover: read the nodes live when the stack enables discovery and none were given.
         preflight: check every driver image exists before any resource is registered.
+        previous: kernels that had a driver before this change; kept while no node inventory says otherwise.
     """
     if observed is None and discover and config.cluster.discovery.enabled:
         observed = read_live_nodes(config.cluster.discovery)
-    inventory = KernelInventory.build(config, observed)
+    inventory = KernelInventory.build(config.declared_kernels, observed, previous)
     if preflight:
-        check_driver_images({target: target.driver_image(config.driver.repository, config.driver.branch)
-                             for target in inventory.targets})
+        check_driver_images({target: config.driver_release.image(target) for target in inventory.targets})
     platform = GpuPlatform("gpu-platform", config, inventory)
     for key, value in platform.outputs.items():
         pulumi.export(key, value)
@@ -40,8 +40,8 @@ def run() -> None:
     try:
         config = load_stack_config()
         if not config.cluster.discovery.enabled:
-            pulumi.log.warn("live discovery is off: a driver whose kernel leaves the stack config is deleted even "
-                            "if nodes still run it; enable gpu-platform:cluster.discovery")
+            pulumi.log.warn("live discovery is off (gpu-platform:cluster.discovery.enabled: false): a driver whose "
+                            "kernel leaves the stack config is deleted even if nodes still run it")
         build(config, discover=True, preflight=config.preflight)
     except ConfigError as error:
         raise pulumi.RunError(str(error)) from None

@@ -13,7 +13,7 @@ import yaml
 from gpuctl.render import render_plan
 from gpuctl.stackfile import StackFile, load_stack_file, stack_file_from_config
 from stacks.config import PROJECT
-from stacks.inventory import ObservedNode
+from fleet.kernels import ObservedNode
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ import pytest
 from gpuctl.diff import diff_plans, refuse_driver_removal
 from gpuctl.render import write_render
 from stacks.config import ConfigError
-from stacks.inventory import KernelTarget, ObservedNode
+from fleet.kernels import KernelTarget, ObservedNode
 from tests.conftest import ROOT, stack_config
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuctl.diff import diff_plans
-from stacks.inventory import KernelTarget, ObservedNode
+from fleet.kernels import KernelTarget, ObservedNode
 from tests.conftest import stack_config
 
 NEW_KERNEL = "5.14.0-427.55.1.el9_4.x86_64"

@@ -18,7 +18,7 @@ from components import labels
 from stacks import discovery as discovery_module
 from stacks.config import DiscoveryConfig
 from stacks.discovery import GPU_NODE_SELECTOR, DiscoveryError, read_live_nodes
-from stacks.inventory import KernelTarget, ObservedNode
+from fleet.kernels import KernelTarget, ObservedNode
 from tests.loopback import closed_port, serving
 
 TOKEN = "reader-token"

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from stacks.inventory import KernelTarget, ObservedNode
+from fleet.kernels import KernelTarget, ObservedNode
 from tests.conftest import Plan, render_stack, stack_config
 
 KERNEL_LABEL = "feature.node.kubernetes.io/kernel-version.full"

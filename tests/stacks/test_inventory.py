@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from stacks.config import ConfigError, parse_stack_config
-from stacks.inventory import KernelInventory, KernelTarget, ObservedNode, parse_node_list
+from fleet.kernels import KernelInventory, KernelTarget, ObservedNode
+from stacks.inventory import parse_node_list
 from tests.conftest import config_values
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

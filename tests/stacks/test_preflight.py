@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from stacks.inventory import KernelTarget
+from fleet.kernels import KernelTarget
 from stacks.preflight import (
     MANIFEST_MEDIA_TYPES,
     ImageReference,

@@ -52,10 +52,15 @@ _EL9_KERNEL = re.compile(r"^\d+\.\d+\.\d+-\d+(\.\d+)*\.el9(_\d+)?\.(x86_64|aarch
 NODE_OSES: dict[str, NodeOs] = {
     "ubuntu22.04": NodeOs("ubuntu22.04", "ubuntu", "22.04", _UBUNTU_KERNEL, "6.8.0-1021-aws", False),
     "ubuntu24.04": NodeOs("ubuntu24.04", "ubuntu", "24.04", _UBUNTU_KERNEL, "6.8.0-1021-aws", False),
-    "rhcos4.16": NodeOs("rhcos4.16", "rhcos", "4.16", _EL9_KERNEL, "5.14.0-427.50.1.el9_4.x86_64", True),
-    "rhcos4.17": NodeOs("rhcos4.17", "rhcos", "4.17", _EL9_KERNEL, "5.14.0-427.50.1.el9_4.x86_64", True),
     "rhcos4.18": NodeOs("rhcos4.18", "rhcos", "4.18", _EL9_KERNEL, "5.14.0-427.65.1.el9_4.x86_64", True),
+    "rhcos4.19": NodeOs("rhcos4.19", "rhcos", "4.19", _EL9_KERNEL, "5.14.0-570.28.1.el9_6.x86_64", True),
+    "rhcos4.20": NodeOs("rhcos4.20", "rhcos", "4.20", _EL9_KERNEL, "5.14.0-570.49.1.el9_6.x86_64", True),
 }
+KUBERNETES_OSES = tuple(name for name, node_os in NODE_OSES.items() if not node_os.openshift)
+
+# OpenShift minor -> the Kubernetes minor it runs. From 4.18: the pinned GPU Operator's bundle supports 4.18 and later,
+# and the tenant admission policy needs Kubernetes 1.30 or later.
+OPENSHIFT_KUBERNETES: dict[str, str] = {"4.18": "1.31", "4.19": "1.32", "4.20": "1.33"}
 
 OS_BY_RELEASE: dict[tuple[str, str], str] = {
     (node_os.os_release_id, node_os.os_release_version): name for name, node_os in NODE_OSES.items()

@@ -1,0 +1,90 @@
+"""ClusterPolicyStack: the one ClusterPolicy that tells NVIDIA's GPU Operator which operands to run, and how."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import labels
+from components.images import operand_image
+from components.manifests import child_options, metadata
+
+CLUSTER_POLICY = "cluster-policy"
+# NVIDIA's configuration for shared clusters: the container toolkit takes the device list only from the device
+# plugin's volume mounts, never from an unprivileged container's NVIDIA_VISIBLE_DEVICES (nvidia-container-toolkit
+# cmd/nvidia-ctk-installer/toolkit/toolkit.go; k8s-device-plugin DEVICE_LIST_STRATEGY).
+TOOLKIT_ENV = {"ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED": "false",
+               "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS": "true"}
+DEVICE_PLUGIN_ENV = {"DEVICE_LIST_STRATEGY": "volume-mounts"}
+
+
+
+
+def _env(values: dict[str, str]) -> list[dict[str, str]]:
+    return [{"name": key, "value": value} for key, value in values.items()]
+
+
+@dataclass(frozen=True)
+class ClusterPolicyStackArgs:
+    """What the ClusterPolicy turns on.
+
+    Attributes:
+        flavor: `kubernetes` or `openshift` (drivers built with the Driver Toolkit unless precompiled).
+        images: operand images by ClusterPolicy section (labels.OPERAND_IMAGES with the stack's overrides).
+        device_plugin_config: the ConfigMap of device-plugin configs and the name of the default one, or None.
+        service_monitor: the cluster runs the Prometheus Operator, so the operator creates the exporter's
+            ServiceMonitor.
+    """
+
+    flavor: str
+    images: dict[str, str]
+    device_plugin_config: tuple[str, str] | None = None
+    service_monitor: bool = False
+
+
+class ClusterPolicyStack(pulumi.ComponentResource):
+    """The ClusterPolicy `cluster-policy`: container toolkit, device plugin, GPU feature discovery, DCGM exporter,
+    MIG manager and validator pinned to one GPU Operator release, on every GPU node (they tolerate the GPU taint).
+
+    Drivers are not in it: it hands them to NVIDIADriver resources, one per kernel (DriverStack). `pulumi up`
+    does not wait for the policy to become ready: that needs GPU nodes, and the operator reports it.
+    """
+
+    policy: k8s.apiextensions.CustomResource
+
+    def __init__(self, name: str, args: ClusterPolicyStackArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-platform:index:ClusterPolicyStack", name, None, opts)
+        self.policy = k8s.apiextensions.CustomResource(
+            f"{name}-cluster-policy", api_version="nvidia.com/v1", kind="ClusterPolicy",
+            metadata=metadata(CLUSTER_POLICY), spec=self._spec(args), opts=child_options(self, opts))
+        self.register_outputs({"name": CLUSTER_POLICY})
+
+    @staticmethod
+    def _spec(args: GpuOperatorArgs) -> dict:
+        images = {section: operand_image(image) for section, image in args.images.items()}
+        device_plugin: dict = {"enabled": True, **images["devicePlugin"], "env": _env(DEVICE_PLUGIN_ENV)}
+        if args.device_plugin_config:
+            config_map, default = args.device_plugin_config
+            device_plugin["config"] = {"name": config_map, "default": default}
+        return {
+            "operator": {"use_ocp_driver_toolkit": args.flavor == "openshift"},
+            "daemonsets": {"priorityClassName": labels.NODE_CRITICAL_PRIORITY,
+                           "tolerations": [dict(labels.GPU_TOLERATION)],
+                           "updateStrategy": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "1"}},
+            # Drivers come from NVIDIADriver resources; none is managed by the ClusterPolicy itself.
+            "driver": {"enabled": True, "useNvidiaDriverCRD": True},
+            "toolkit": {"enabled": True, **images["toolkit"], "env": _env(TOOLKIT_ENV)},
+            "devicePlugin": device_plugin,
+            "gfd": {"enabled": True, **images["gfd"]},
+            "dcgm": {"enabled": False},  # the exporter embeds its own DCGM host engine
+            "dcgmExporter": {"enabled": True, **images["dcgmExporter"],
+                             "serviceMonitor": {"enabled": args.service_monitor, "interval": "15s"}},
+            "migManager": {"enabled": True, **images["migManager"]},
+            "mig": {"strategy": "single"},
+            "nodeStatusExporter": {"enabled": False},
+            "validator": images["validator"],
+            # Device lists as volume mounts, which only the device plugin sets up (see TOOLKIT_ENV).
+            "cdi": {"enabled": False},
+        }
