@@ -22,7 +22,7 @@ from fleet.kernels import KernelTarget, ObservedNode
 
 SYMBOLS = {"create": "+", "update": "~", "replace": "+-", "delete": "-"}
 COLOURS = {"create": "green", "update": "yellow", "replace": "magenta", "delete": "red"}
-DRIVER_DAEMONSET = "kubernetes:apps/v1:DaemonSet"
+NVIDIA_DRIVER = "kubernetes:nvidia.com/v1alpha1:NVIDIADriver"
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def refuse_driver_removal(diff: PlanDiff, observed: list[ObservedNode]) -> None:
         running.setdefault(node.target, []).append(node.name)
     for step in diff.steps:
         annotations = step.resource["inputs"].get("metadata", {}).get("annotations", {})
-        if step.op != "delete" or step.resource["type"] != DRIVER_DAEMONSET or labels.KERNEL_ANNOTATION not in annotations:
+        if step.op != "delete" or step.resource["type"] != NVIDIA_DRIVER or labels.KERNEL_ANNOTATION not in annotations:
             continue
         target = KernelTarget(annotations[labels.OS_ANNOTATION], annotations[labels.KERNEL_ANNOTATION])
         nodes = running.get(target)

@@ -16,6 +16,7 @@ from gpuctl import diff as plan_diff
 from gpuctl.cli import OK, ROOT, VIOLATION, add_stack_arguments, empty_plan, observed_nodes, stack_file
 from gpuctl.render import preflight, render_plan
 from gpuctl.stackfile import stack_file_path
+from fleet.kernels import KernelTarget
 from stacks.config import ConfigError
 
 
@@ -53,23 +54,37 @@ def render_at(ref: str, stack: str, observed_file: str | None) -> dict[str, Any]
             subprocess.run(["git", "worktree", "prune"], cwd=ROOT, capture_output=True)
 
 
+def base_kernels(plan: dict[str, Any]) -> list[KernelTarget]:
+    """The kernels that had a driver in the base revision."""
+    return [KernelTarget(*key.split("/", 1)) for key in plan.get("outputs", {}).get("kernels", [])]
+
+
+def kept_note(plan: dict[str, Any]) -> list[str]:
+    """One line for each driver kept only for lack of evidence."""
+    return [f"kept: the driver for {key}, which no pool boots any more; with no node inventory it stays until a "
+            "deploy (live discovery) or --observed-nodes shows no node on that kernel"
+            for key in plan["outputs"].get("keptKernels", [])]
+
+
 def run(args: argparse.Namespace) -> int:
     observed = observed_nodes(args.observed_nodes)
-    new = render_plan(stack_file(args), observed, online=not args.offline)
-    checked = preflight(new, args.offline)
     old = render_at(args.base, args.stack, args.observed_nodes) if args.base else empty_plan(args.stack)
+    new = render_plan(stack_file(args), observed, online=not args.offline, previous=base_kernels(old))
+    checked = preflight(new, args.offline)
     changes = plan_diff.diff_plans(old, new)
     plan_diff.refuse_driver_removal(changes, observed or [])
     violations = check.check_plan(new, check.read_policy_config(args.policy_config))
     outcome = VIOLATION if check.has_mandatory(violations) else OK
     if args.json:
         print(json.dumps({**changes.to_json(), "policyViolations": [asdict(v) for v in violations],
-                          "preflight": checked}, indent=2))
+                          "preflight": checked, "keptDrivers": new["outputs"].get("keptKernels", [])}, indent=2))
         return outcome
     console = plan_diff.console()
     base = f"against {args.base}" if args.base else "as a new deployment"
     console.print(f"Previewing stack {args.stack} {base}:")
     plan_diff.print_diff(changes, console)
+    for line in kept_note(new):
+        console.print(line)
     console.print("Policies:")
     check.print_report(violations, len(new["resources"]), console)
     console.print(f"Driver image preflight: {checked}")

@@ -31,15 +31,16 @@ PLAIN_LENGTH = 60
 
 
 def render_plan(stack_file: StackFile, observed: list[ObservedNode] | None = None, *,
-                online: bool = False) -> dict[str, Any]:
+                online: bool = False, previous: list[KernelTarget] | None = None) -> dict[str, Any]:
     """Run the program for this stack; config errors surface as ConfigError before any resource registers.
 
-    Online, a stack that enables discovery reads its GPU nodes live when no node list was given.
+    Online, a stack that enables discovery reads its GPU nodes live when no node list was given. Kernels of
+    `previous` (an earlier revision's) keep their drivers unless a node inventory shows no node on them.
     """
     from stacks.program import build  # the providers load only for commands that run the program
 
     return run_program(stack_file.stack, stack_file.config, stack_file.secret_keys,
-                       lambda: build(load_stack_config(), observed, discover=online))
+                       lambda: build(load_stack_config(), observed, discover=online, previous=previous or ()))
 
 
 def preflight(plan: dict[str, Any], offline: bool) -> str:
