@@ -66,6 +66,13 @@ def kept_note(plan: dict[str, Any]) -> list[str]:
             for key in plan["outputs"].get("keptKernels", [])]
 
 
+def new_driver_images(old: dict[str, Any], new: dict[str, Any]) -> dict[str, str]:
+    """The images the GPU Operator will pull that the base revision did not declare, by `os/kernel`."""
+    before = old.get("outputs", {}).get("driverImages", {})
+    return {key: image for key, image in sorted(new["outputs"].get("driverImages", {}).items())
+            if before.get(key) != image}
+
+
 def run(args: argparse.Namespace) -> int:
     observed = observed_nodes(args.observed_nodes)
     old = render_at(args.base, args.stack, args.observed_nodes) if args.base else empty_plan(args.stack)
@@ -77,12 +84,15 @@ def run(args: argparse.Namespace) -> int:
     outcome = VIOLATION if check.has_mandatory(violations) else OK
     if args.json:
         print(json.dumps({**changes.to_json(), "policyViolations": [asdict(v) for v in violations],
-                          "preflight": checked, "keptDrivers": new["outputs"].get("keptKernels", [])}, indent=2))
+                          "preflight": checked, "keptDrivers": new["outputs"].get("keptKernels", []),
+                          "newDriverImages": new_driver_images(old, new)}, indent=2))
         return outcome
     console = plan_diff.console()
     base = f"against {args.base}" if args.base else "as a new deployment"
     console.print(f"Previewing stack {args.stack} {base}:")
     plan_diff.print_diff(changes, console)
+    for key, image in new_driver_images(old, new).items():
+        console.print(f"new driver image for {key}: {image}")
     for line in kept_note(new):
         console.print(line)
     console.print("Policies:")
