@@ -178,11 +178,16 @@ class NodePoolConfig(StrictModel):
             close = difflib.get_close_matches(self.instance_type, INSTANCE_TYPES, n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(INSTANCE_TYPES))}"
             raise ValueError(f"instanceType {self.instance_type!r} is not a known GPU instance type; {hint}")
-        if self.os is not None or self.kernel is not None:
-            node_os = NODE_OSES.get(self.os or "")
-            if node_os is None or node_os.openshift:
+        if self.os is not None:
+            # Whether a pool may or must set os and kernel depends on the flavor: StackConfig checks that.
+            node_os = NODE_OSES.get(self.os)
+            if node_os is not None and node_os.openshift:
+                raise ValueError(f"os {self.os!r} is an OpenShift node OS: OpenShift pools leave os and kernel out "
+                                 "(nodes run the kernel of cluster.release); Kubernetes pools use one of "
+                                 f"{', '.join(KUBERNETES_OSES)}")
+            if node_os is None:
                 raise ValueError(f"os {self.os!r} is not supported; use one of {', '.join(KUBERNETES_OSES)}")
-            if not node_os.kernel_pattern.match(self.kernel or ""):
+            if self.kernel is not None and not node_os.kernel_pattern.match(self.kernel):
                 raise ValueError(f"kernel {self.kernel!r} is not a {self.os} kernel release (uname -r), "
                                  f"e.g. {node_os.kernel_example!r}")
         if self.max_replicas is not None and not self.min_replicas <= self.replicas <= self.max_replicas:
@@ -344,7 +349,9 @@ class StackConfig(StrictModel):
                                  "of the cluster release (a pool's image is only its boot image); remove them and set "
                                  "cluster.release and cluster.kernel")
             if not openshift and pool.kernel_target is None:
-                raise ValueError(f"nodePools: pool {pool.name!r} needs os and kernel: the OS and kernel its image boots")
+                missing = " and ".join(name for name in ("os", "kernel") if getattr(pool, name) is None)
+                raise ValueError(f"nodePools: pool {pool.name!r} needs os and kernel: the OS and kernel its image "
+                                 f"boots; set {missing}")
             if openshift and len(name := pool.machine_set_name(self.cluster)) > 63:
                 raise ValueError(
                     f"nodePools: pool {pool.name!r} makes the MachineSet name {name!r} {len(name)} characters long, "

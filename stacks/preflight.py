@@ -1,4 +1,4 @@
-"""Driver image preflight: every precompiled driver image the inventory needs exists in its registry.
+"""Driver image preflight: every driver image the inventory needs exists in its registry.
 
 Asks each registry with the OCI distribution API (a manifest HEAD), using the anonymous bearer-token flow
 that public registries such as nvcr.io and Docker Hub require, before anything is deployed.
@@ -98,15 +98,17 @@ def check_driver_images(images: Mapping[KernelTarget, str], *, timeout: float = 
     if len(missing) == 1:
         [(what, reason)] = missing
         raise PreflightError(
-            f"driver image {what} is not in its registry ({reason}); pick a kernel NVIDIA publishes precompiled "
-            f"drivers for, or push the image to the repository in {PROJECT}:driver.repository"
+            f"driver image {what} is not in its registry ({reason}); {_FIX}"
         )
     if missing:
         named = "; ".join(f"{what} ({reason})" for what, reason in missing)
         raise PreflightError(
-            f"driver images are not in their registries: {named}; pick kernels NVIDIA publishes precompiled "
-            f"drivers for, or push the images to the repository in {PROJECT}:driver.repository"
+            f"driver images are not in their registries: {named}; {_FIX}"
         )
+
+
+_FIX = (f"pick a kernel and {PROJECT}:driver version NVIDIA publishes images for, or push them to the repository "
+        f"in {PROJECT}:driver.repository")
 
 
 def _kernels(targets: list[KernelTarget]) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from fleet.kernels import KernelTarget
 from stacks.config import ConfigError, StackConfig, parse_stack_config
 from tests.conftest import config_values
 
@@ -89,9 +90,7 @@ def test_capacity_follows_the_instance_catalog(instance_type: str, replicas: int
     ("prod", "ubuntu22.04", "6.8.0-aws"),
     ("prod", "ubuntu24.04", "5.14.0-427.50.1.el9_4.x86_64"),
     ("prod", "ubuntu22.04", "6.8.0-1021-aws "),
-    ("dev", "rhcos4.16", "5.14.0-427.50.1.el9_4"),
-    ("dev", "rhcos4.17", "5.14.0-427.50.1.el8.x86_64"),
-    ("dev", "rhcos4.18", "6.8.0-1021-aws"),
+    ("prod", "ubuntu24.04", "6.8.0-1019"),
 ])
 def test_malformed_kernel_names_the_pool_kernel_and_os(stack: str, os: str, kernel: str) -> None:
     message = config_error(lambda v: pool(v, 1).update(os=os, kernel=kernel), stack)
@@ -103,10 +102,31 @@ def test_malformed_kernel_names_the_pool_kernel_and_os(stack: str, os: str, kern
 
 
 def test_unknown_os_lists_the_supported_ones() -> None:
-    message = config_error(lambda v: pool(v).update(os="centos7"))
+    message = config_error(lambda v: pool(v).update(os="centos7"), "prod")
 
     assert message.startswith("gpu-platform:nodePools[0]:")
-    assert "'centos7'" in message and "rhcos4.16" in message and "ubuntu22.04" in message
+    assert "'centos7'" in message and "ubuntu22.04" in message and "ubuntu24.04" in message
+    assert "rhcos" not in message  # RHCOS is never a pool's OS
+
+
+@pytest.mark.parametrize("drop", [["os"], ["kernel"], ["os", "kernel"]])
+def test_kubernetes_pool_needs_both_os_and_kernel(drop: list[str]) -> None:
+    def bare(values: Values) -> None:
+        for field in drop:
+            pool(values, 1).pop(field)
+
+    message = config_error(bare, "prod")
+
+    assert message.startswith("gpu-platform:") and "'a10g-batch' needs os and kernel" in message
+    assert message.endswith(f"set {' and '.join(drop)}")
+
+
+def test_pools_sharing_a_kernel_share_a_declared_kernel() -> None:
+    config = parse_stack_config(config_values("prod"))
+
+    assert config.declared_kernels == {KernelTarget("ubuntu22.04", "6.8.0-1021-aws"),
+                                       KernelTarget("ubuntu22.04", "6.8.0-1019-aws")}
+    assert config.kernel_target(config.node_pools[1]) == KernelTarget("ubuntu22.04", "6.8.0-1021-aws")
 
 
 # -- instance types -----------------------------------------------------------------------------------------------
@@ -239,18 +259,27 @@ def test_unknown_nested_key_names_its_path(path: tuple, key: str, where: str) ->
 # -- cluster ------------------------------------------------------------------------------------------------------
 
 
-def test_ubuntu_pool_does_not_fit_an_openshift_cluster() -> None:
-    message = config_error(lambda v: pool(v).update(os="ubuntu22.04", kernel="6.8.0-1021-aws"))
+@pytest.mark.parametrize("fields", [
+    {"os": "ubuntu22.04", "kernel": "6.8.0-1021-aws"},
+    {"kernel": "5.14.0-427.87.1.el9_4.x86_64"},
+    {"os": "ubuntu24.04"},
+])
+def test_openshift_pool_must_not_set_os_or_kernel(fields: Values) -> None:
+    message = config_error(lambda v: pool(v, 1).update(fields))
 
-    assert "nodePools" in message and "'t4-inference'" in message
-    assert "ubuntu22.04" in message and "openshift" in message
+    assert "nodePools" in message and "'a100-training'" in message
+    assert "sets os or kernel" in message and "cluster.release and cluster.kernel" in message
 
 
-def test_rhcos_pool_does_not_fit_a_kubernetes_cluster() -> None:
-    message = config_error(lambda v: pool(v).update(os="rhcos4.16", kernel="5.14.0-427.50.1.el9_4.x86_64"), "prod")
+def test_rhcos_pool_says_openshift_pools_leave_os_out() -> None:
+    """rhcos is refused as a pool OS on either flavor, with what to do on each."""
+    for stack in ("dev", "prod"):
+        message = config_error(
+            lambda v: pool(v).update(os="rhcos4.18", kernel="5.14.0-427.87.1.el9_4.x86_64"), stack)
 
-    assert "nodePools" in message and "'l4-inference'" in message
-    assert "rhcos4.16" in message and "kubernetes" in message
+        assert message.startswith("gpu-platform:nodePools[0]:"), message
+        assert "'rhcos4.18'" in message and "OpenShift pools leave os and kernel out" in message
+        assert "ubuntu22.04" in message
 
 
 def test_openshift_needs_an_infrastructure_id() -> None:
@@ -276,16 +305,127 @@ def test_unknown_flavor_is_rejected() -> None:
 
 @pytest.mark.parametrize("version", ["1.20", "1.29", "1.38", "v1.31", "1.31.3", "latest"])
 def test_unsupported_kubernetes_version(version: str) -> None:
-    message = config_error(lambda v: v["cluster"].update(kubernetesVersion=version))
+    message = config_error(lambda v: v["cluster"].update(kubernetesVersion=version), "prod")
 
     assert message.startswith("gpu-platform:cluster:")
     assert f"kubernetesVersion {version!r} is not supported" in message
 
 
 def test_unquoted_kubernetes_version_names_the_field() -> None:
-    message = config_error(lambda v: v["cluster"].update(kubernetesVersion=1.31))
+    message = config_error(lambda v: v["cluster"].update(kubernetesVersion=1.31), "prod")
 
     assert message.startswith("gpu-platform:cluster.kubernetesVersion:")
+
+
+def test_kubernetes_needs_a_kubernetes_version() -> None:
+    message = config_error(lambda v: v["cluster"].pop("kubernetesVersion"), "prod")
+
+    assert message.startswith("gpu-platform:cluster:") and "kubernetesVersion is required" in message
+
+
+@pytest.mark.parametrize("field", ["release", "kernel"])
+def test_release_and_kernel_are_refused_on_kubernetes(field: str) -> None:
+    value = {"release": "4.18.24", "kernel": "6.8.0-1021-aws"}[field]
+    message = config_error(lambda v: v["cluster"].update({field: value}), "prod")
+
+    assert message.startswith("gpu-platform:cluster:")
+    assert "release and kernel belong to OpenShift clusters" in message
+
+
+# -- OpenShift release --------------------------------------------------------------------------------------------
+
+
+def test_openshift_node_kernel_comes_from_the_cluster() -> None:
+    config = parse_stack_config(config_values("dev"))
+    target = KernelTarget("rhcos4.18", "5.14.0-427.87.1.el9_4.x86_64")
+
+    assert config.cluster.kernel_target == target
+    assert {config.kernel_target(p) for p in config.node_pools} == {target}
+    assert config.declared_kernels == {target}
+
+
+@pytest.mark.parametrize("drop", ["release", "kernel"])
+def test_openshift_requires_release_and_kernel(drop: str) -> None:
+    message = config_error(lambda v: v["cluster"].pop(drop))
+
+    assert message.startswith("gpu-platform:cluster:")
+    assert "release and kernel are required on OpenShift" in message
+
+
+@pytest.mark.parametrize(("release", "kubernetes"), [("4.18.24", "1.31"), ("4.19.10", "1.32"), ("4.20.1", "1.33")])
+def test_openshift_kubernetes_version_is_derived_from_the_release(release: str, kubernetes: str) -> None:
+    values = config_values("dev")
+    values["cluster"].update(release=release, nfdOperatorCsv="nfd.4.19.0-202509240837")
+
+    cluster = parse_stack_config(values).cluster
+
+    assert cluster.kubernetes_version == kubernetes
+    assert cluster.node_os == f"rhcos{release.rsplit('.', 1)[0]}"
+
+
+def test_openshift_kubernetes_version_that_matches_is_accepted() -> None:
+    values = config_values("dev")
+    values["cluster"]["kubernetesVersion"] = "1.31"
+
+    assert parse_stack_config(values).cluster.kubernetes_version == "1.31"
+
+
+@pytest.mark.parametrize("version", ["1.30", "1.32"])
+def test_openshift_kubernetes_version_mismatch_is_refused(version: str) -> None:
+    message = config_error(lambda v: v["cluster"].update(kubernetesVersion=version))
+
+    assert message.startswith("gpu-platform:cluster:")
+    assert f"kubernetesVersion {version!r} does not match OpenShift 4.18" in message and "1.31" in message
+
+
+@pytest.mark.parametrize("release", ["4.16.30", "4.17.2", "4.21.0"])
+def test_unsupported_openshift_release_is_refused(release: str) -> None:
+    message = config_error(lambda v: v["cluster"].update(release=release))
+
+    assert message.startswith("gpu-platform:cluster:")
+    assert f"release {release!r} is not supported" in message and "4.18" in message
+
+
+@pytest.mark.parametrize("release", ["4.18", "v4.18.24", "4.18.24-rc1"])
+def test_malformed_openshift_release_names_the_field(release: str) -> None:
+    message = config_error(lambda v: v["cluster"].update(release=release))
+
+    assert message.startswith("gpu-platform:cluster.release:")
+
+
+@pytest.mark.parametrize("kernel", ["6.8.0-1021-aws", "5.14.0-427.87.1.el9_4", "5.14.0-427.50.1.el8.x86_64"])
+def test_openshift_kernel_must_be_an_rhcos_kernel(kernel: str) -> None:
+    message = config_error(lambda v: v["cluster"].update(kernel=kernel))
+
+    assert message.startswith("gpu-platform:cluster:")
+    assert f"kernel {kernel!r} is not an RHCOS kernel release" in message and "e.g." in message
+
+
+def test_nfd_operator_csv_defaults_for_4_18() -> None:
+    cluster = parse_stack_config(config_values("dev")).cluster
+
+    assert cluster.nfd_operator_csv is None
+    assert cluster.nfd_csv.startswith("nfd.4.18.")
+
+
+def test_nfd_operator_csv_is_required_for_a_minor_without_default() -> None:
+    message = config_error(lambda v: v["cluster"].update(release="4.19.10"))
+
+    assert message.startswith("gpu-platform:cluster:")
+    assert "nfdOperatorCsv is required for OpenShift 4.19" in message
+
+
+def test_nfd_operator_csv_set_is_pinned() -> None:
+    values = config_values("dev")
+    values["cluster"].update(release="4.19.10", nfdOperatorCsv="nfd.4.19.0-202510011234")
+
+    assert parse_stack_config(values).cluster.nfd_csv == "nfd.4.19.0-202510011234"
+
+
+def test_malformed_nfd_operator_csv_names_the_field() -> None:
+    message = config_error(lambda v: v["cluster"].update(nfdOperatorCsv="nfd.v4.18"))
+
+    assert message.startswith("gpu-platform:cluster.nfdOperatorCsv:")
 
 
 def test_machine_set_name_must_fit_a_label_value() -> None:
@@ -308,6 +448,35 @@ def test_driver_version_must_be_on_its_branch() -> None:
 
     assert message.startswith("gpu-platform:driver:")
     assert "version '580.95.05' is not on branch '570'" in message
+
+
+@pytest.mark.parametrize(("stack", "precompiled"), [("dev", False), ("prod", True)])
+def test_driver_precompiled_defaults_per_flavor(stack: str, precompiled: bool) -> None:
+    """Kubernetes: NVIDIA's precompiled images; OpenShift: built on the node with the Driver Toolkit."""
+    config = parse_stack_config(config_values(stack))
+
+    assert config.driver.precompiled is None
+    assert config.driver_release.precompiled is precompiled
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+@pytest.mark.parametrize("precompiled", [True, False])
+def test_driver_precompiled_set_wins(stack: str, precompiled: bool) -> None:
+    values = config_values(stack)
+    values["driver"]["precompiled"] = precompiled
+
+    release = parse_stack_config(values).driver_release
+
+    assert release.precompiled is precompiled
+    assert (release.repository, release.branch, release.version) == ("nvcr.io/nvidia", "580", "580.95.05")
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("maxParallelUpgrades", 0), ("maxUnavailable", "0"), ("maxUnavailable", "150%"), ("drain", "sometimes")])
+def test_driver_upgrade_settings_are_checked(field: str, value: Any) -> None:
+    message = config_error(lambda v: v["driver"].update({field: value}))
+
+    assert message.startswith(f"gpu-platform:driver.{field}:"), message
 
 
 def test_driver_branch_is_three_digits() -> None:
@@ -352,3 +521,70 @@ def test_a_malformed_pull_secret_is_named_but_never_shown(value) -> None:
 def test_tenant_compute_quota_must_be_a_quantity(field: str, value) -> None:
     message = config_error(lambda values: values["tenants"][0].update({field: value}))
     assert message.startswith(f"gpu-platform:tenants[0].{field}:")
+
+
+# -- images, monitoring, discovery ---------------------------------------------------------------------------------
+
+
+def test_nfd_image_override_is_kubernetes_only() -> None:
+    image = "registry.k8s.io/nfd/node-feature-discovery:v0.19.0"
+    values = config_values("prod")
+    values["images"] = {"nfd": image}
+    assert parse_stack_config(values).images.nfd == image
+
+    message = config_error(lambda v: v.update(images={"nfd": image}))
+
+    assert message.startswith("gpu-platform:") and "images: nfd applies to Kubernetes" in message
+
+
+def test_operand_image_overrides_are_keyed_by_cluster_policy_section() -> None:
+    values = config_values("prod")
+    values["images"] = {"nfd": "registry.k8s.io/nfd/node-feature-discovery:v0.19.0",
+                        "devicePlugin": "mirror.example.com/nvidia/k8s-device-plugin:v0.18.0",
+                        "driverManager": "mirror.example.com/nvidia/k8s-driver-manager:v0.9.0"}
+
+    operands = parse_stack_config(values).images.operands()
+
+    assert operands == {"devicePlugin": "mirror.example.com/nvidia/k8s-device-plugin:v0.18.0",
+                        "driverManager": "mirror.example.com/nvidia/k8s-driver-manager:v0.9.0"}
+
+
+def test_cuda_sample_image_is_now_an_unknown_key() -> None:
+    message = config_error(lambda v: v.update(images={"cudaSample": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd"}))
+
+    assert message.startswith("gpu-platform:images.cudaSample: unknown key")
+
+
+def test_malformed_image_override_names_the_field() -> None:
+    message = config_error(lambda v: v.update(images={"toolkit": "Toolkit Latest"}), "prod")
+
+    assert message.startswith("gpu-platform:images.toolkit:")
+
+
+@pytest.mark.parametrize(("stack", "setting", "enabled"), [
+    ("dev", None, True), ("prod", None, False), ("dev", False, False), ("prod", True, True)])
+def test_prometheus_operator_defaults_per_flavor(stack: str, setting: bool | None, enabled: bool) -> None:
+    values = config_values(stack)
+    values.pop("monitoring", None)
+    if setting is not None:
+        values["monitoring"] = {"prometheusOperator": setting}
+
+    assert parse_stack_config(values).prometheus_operator is enabled
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_discovery_defaults_to_enabled(stack: str) -> None:
+    values = config_values(stack)
+    values["cluster"].pop("discovery", None)
+
+    discovery = parse_stack_config(values).cluster.discovery
+
+    assert discovery.enabled is True
+    assert discovery.kubeconfig is None and discovery.timeout_seconds == 10.0
+
+
+def test_discovery_can_be_turned_off() -> None:
+    values = config_values("prod")
+    values["cluster"]["discovery"] = {"enabled": False}
+
+    assert parse_stack_config(values).cluster.discovery.enabled is False

@@ -1,52 +1,57 @@
-"""stacks.gpu_platform: GpuPlatform's dependency graph, its stack outputs, and how kernels become driver DaemonSets."""
+"""stacks.gpu_platform: GpuPlatform's dependency graph, its stack outputs, and how kernels become NVIDIADrivers."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
+import pulumi
 import pytest
 
+from components import labels
 from fleet.kernels import KernelTarget, ObservedNode
+from gpuctl.render import render_plan
+from gpuctl.runtime import run_program
+from gpuctl.stackfile import stack_file_from_config
+from stacks import program
 from tests.conftest import Plan, render_stack, stack_config
 
-KERNEL_LABEL = "feature.node.kubernetes.io/kernel-version.full"
-SKIP_AWAIT = "pulumi.com/skipAwait"
-DAEMONSET = "kubernetes:apps/v1:DaemonSet"
-JOB = "kubernetes:batch/v1:Job"
+NVIDIA_DRIVER = "kubernetes:nvidia.com/v1alpha1:NVIDIADriver"
 MACHINE_SET = "kubernetes:machine.openshift.io/v1beta1:MachineSet"
 MACHINE_AUTOSCALER = "kubernetes:autoscaling.openshift.io/v1beta1:MachineAutoscaler"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 AUTO_SCALING_GROUP = "aws:autoscaling/group:Group"
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 
-DEV_T4_KERNEL = "5.14.0-427.50.1.el9_4.x86_64"
-DEV_A100_KERNEL = "5.14.0-427.42.1.el9_4.x86_64"
-NEW_KERNEL = "5.14.0-427.55.1.el9_4.x86_64"
+DEV_KERNEL = "5.14.0-427.87.1.el9_4.x86_64"
+DEV_TARGET = KernelTarget("rhcos4.18", DEV_KERNEL)
+NEW_DEV_KERNEL = "5.14.0-427.91.1.el9_4.x86_64"
+OLD_DEV_KERNEL = "5.14.0-427.65.1.el9_4.x86_64"
+PROD_SHARED = KernelTarget("ubuntu22.04", "6.8.0-1021-aws")
+PROD_H100 = KernelTarget("ubuntu22.04", "6.8.0-1019-aws")
+NEW_PROD_KERNEL = "6.8.0-1024-aws"
 
 
-def drivers(plan: Plan) -> dict[str, dict[str, Any]]:
-    """Driver DaemonSets by kernel (from their nodeSelector)."""
+def drivers(plan: Plan) -> dict[KernelTarget, dict[str, Any]]:
+    """NVIDIADrivers by the (os, kernel) their nodeSelector pins."""
+    os_by_release = {("ubuntu", "22.04"): "ubuntu22.04", ("ubuntu", "24.04"): "ubuntu24.04",
+                     ("rhcos", "4.18"): "rhcos4.18", ("rhcos", "4.19"): "rhcos4.19", ("rhcos", "4.20"): "rhcos4.20"}
     found = {}
-    for resource in plan.of_type(DAEMONSET):
-        manifest = resource["inputs"]
-        if manifest["metadata"]["name"].startswith("nvidia-driver-"):
-            kernel = manifest["spec"]["template"]["spec"]["nodeSelector"][KERNEL_LABEL]
-            assert kernel not in found, f"two driver DaemonSets for {kernel}"
-            found[kernel] = resource
+    for resource in plan.of_type(NVIDIA_DRIVER):
+        selector = resource["inputs"]["spec"]["nodeSelector"]
+        os = os_by_release[(selector[labels.OS_ID_LABEL], selector[labels.OS_VERSION_LABEL])]
+        target = KernelTarget(os, selector[labels.KERNEL_LABEL])
+        assert target not in found, f"two NVIDIADrivers for {target.key}"
+        found[target] = resource
     return found
-
-
-def driver_validations(plan: Plan) -> dict[str, dict[str, Any]]:
-    """Driver validation Jobs by kernel (from their pod's nodeSelector)."""
-    return {job["inputs"]["spec"]["template"]["spec"]["nodeSelector"][KERNEL_LABEL]: job
-            for job in plan.of_type(JOB) if job["inputs"]["metadata"]["name"].startswith("driver-validation-")}
 
 
 def depends(resource: dict[str, Any], other: dict[str, Any]) -> bool:
     return other["urn"] in resource["dependencies"]
 
 
-def pool_kernels(stack: str) -> dict[str, str]:
-    return {pool["name"]: pool["kernel"] for pool in stack_config(stack)["gpu-platform:nodePools"]}
+def pool_targets(stack: str) -> dict[str, KernelTarget]:
+    return {pool["name"]: KernelTarget(pool["os"], pool["kernel"]) for pool in stack_config(stack)["gpu-platform:nodePools"]}
 
 
 def with_pool_kernel(stack: str, pool: str, kernel: str) -> dict[str, Any]:
@@ -57,42 +62,96 @@ def with_pool_kernel(stack: str, pool: str, kernel: str) -> dict[str, Any]:
     return config
 
 
-def annotations(resource: dict[str, Any]) -> dict[str, str]:
-    return resource["inputs"]["metadata"].get("annotations") or {}
+def with_cluster(stack: str, **fields: Any) -> dict[str, Any]:
+    config = stack_config(stack)
+    config["gpu-platform:cluster"].update(fields)
+    return config
 
 
-# -- edges --------------------------------------------------------------------------------------------------------
+def pulled_image(driver: dict[str, Any], target: KernelTarget) -> str:
+    """The image the GPU Operator derives from an NVIDIADriver spec (its tag rule, written out independently)."""
+    spec = driver["inputs"]["spec"]
+    tag = f"{spec['version']}-{target.kernel}-{target.os}" if spec["usePrecompiled"] else f"{spec['version']}-{target.os}"
+    return f"{spec['repository']}/{spec['image']}:{tag}"
 
 
-def test_each_machine_set_waits_for_its_kernels_driver_only(dev_plan: Plan) -> None:
-    by_kernel = drivers(dev_plan)
-    machine_sets = {ms["inputs"]["metadata"]["name"]: ms for ms in dev_plan.of_type(MACHINE_SET)}
-    assert len(machine_sets) == 2
-
-    for pool, kernel in pool_kernels("dev").items():
-        [machine_set] = [ms for name, ms in machine_sets.items() if f"-gpu-{pool}-" in name]
-        assert depends(machine_set, by_kernel[kernel]), pool
-        others = [ds for k, ds in by_kernel.items() if k != kernel]
-        assert not any(depends(machine_set, ds) for ds in others), f"{pool} waits for another kernel's driver"
+def render_with_previous(stack: str, previous: list[KernelTarget], config: dict[str, Any] | None = None,
+                         observed: list[ObservedNode] | None = None) -> Plan:
+    """Render through stacks.program.build with the kernels of an earlier revision."""
+    values = copy.deepcopy(config if config is not None else stack_config(stack))
+    return Plan(render_plan(stack_file_from_config(stack, values), observed, previous=previous))
 
 
-def test_machine_autoscalers_wait_for_their_pools_driver(dev_plan: Plan) -> None:
-    by_kernel = drivers(dev_plan)
-    for pool, kernel in pool_kernels("dev").items():
-        [autoscaler] = [a for a in dev_plan.of_type(MACHINE_AUTOSCALER) if f"-gpu-{pool}-" in a["inputs"]["metadata"]["name"]]
-        assert depends(autoscaler, by_kernel[kernel])
+# -- edges: NFD -> operator -> ClusterPolicy -> NVIDIADrivers -> pools ----------------------------------------------
+
+
+def test_openshift_operator_install_waits_for_nfd(dev_plan: Plan) -> None:
+    nfd = dev_plan.object("NodeFeatureDiscovery", "nfd-instance", "openshift-nfd")
+    for kind, name in [("Namespace", "nvidia-gpu-operator"), ("Subscription", "gpu-operator-certified"),
+                       ("OperatorGroup", "gpu-operator-certified-group")]:
+        assert depends(dev_plan.object(kind, name), nfd), name
+    # The NFD instance waits for its own operator's pinned install.
+    assert depends(nfd, dev_plan.named("nfd-operator-approve-install-plan"))
+
+
+def test_kubernetes_operator_release_waits_for_nfd(prod_plan: Plan) -> None:
+    releases = {r["name"]: r for r in prod_plan.of_type(HELM_RELEASE)}
+
+    assert depends(releases["gpu-operator-release"], releases["nfd-release"])
+    assert not depends(releases["nfd-release"], releases["gpu-operator-release"])
+
+
+@pytest.mark.parametrize(("stack", "installed"), [
+    ("dev", "gpu-operator-olm-approve-install-plan"), ("prod", "gpu-operator-release")])
+def test_cluster_policy_waits_for_the_operator_install(stack: str, installed: str, dev_plan: Plan,
+                                                       prod_plan: Plan) -> None:
+    plan = dev_plan if stack == "dev" else prod_plan
+
+    assert depends(plan.object("ClusterPolicy", "cluster-policy"), plan.named(installed))
+
+
+def test_cluster_policy_waits_for_the_device_plugin_config(dev_plan: Plan) -> None:
+    assert depends(dev_plan.object("ClusterPolicy", "cluster-policy"),
+                   dev_plan.object("ConfigMap", "device-plugin-config"))
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_every_nvidia_driver_waits_for_the_cluster_policy(stack: str, dev_plan: Plan, prod_plan: Plan) -> None:
+    plan = dev_plan if stack == "dev" else prod_plan
+    policy = plan.object("ClusterPolicy", "cluster-policy")
+
+    assert drivers(plan)
+    for target, driver in drivers(plan).items():
+        assert depends(driver, policy), target.key
+
+
+@pytest.mark.parametrize("type_", [MACHINE_SET, MACHINE_AUTOSCALER])
+def test_openshift_pools_wait_for_the_cluster_kernels_driver(dev_plan: Plan, type_: str) -> None:
+    driver = drivers(dev_plan)[DEV_TARGET]
+    resources = dev_plan.of_type(type_)
+    assert len(resources) == 2
+
+    assert all(depends(resource, driver) for resource in resources)
+
+
+def test_openshift_pools_do_not_wait_for_an_observed_kernels_driver(observed_old: Plan) -> None:
+    by_target = drivers(observed_old)
+    old = by_target[KernelTarget("rhcos4.18", OLD_DEV_KERNEL)]
+    for machine_set in observed_old.of_type(MACHINE_SET):
+        assert depends(machine_set, by_target[DEV_TARGET])
+        assert not depends(machine_set, old)
 
 
 @pytest.mark.parametrize("type_", [LAUNCH_TEMPLATE, AUTO_SCALING_GROUP])
 def test_each_aws_pool_resource_waits_for_its_kernels_driver_only(prod_plan: Plan, type_: str) -> None:
-    by_kernel = drivers(prod_plan)
+    by_target = drivers(prod_plan)
     resources = {r["inputs"]["name"]: r for r in prod_plan.of_type(type_)}
     assert len(resources) == 3
 
-    for pool, kernel in pool_kernels("prod").items():
+    for pool, target in pool_targets("prod").items():
         resource = resources[f"prod-gpu-gpu-{pool}"]
-        assert depends(resource, by_kernel[kernel]), pool
-        assert not any(depends(resource, ds) for k, ds in by_kernel.items() if k != kernel)
+        assert depends(resource, by_target[target]), pool
+        assert not any(depends(resource, driver) for t, driver in by_target.items() if t != target), pool
 
 
 def test_auto_scaling_group_uses_its_launch_template(prod_plan: Plan) -> None:
@@ -101,65 +160,29 @@ def test_auto_scaling_group_uses_its_launch_template(prod_plan: Plan) -> None:
         assert depends(group, templates[group["inputs"]["name"]])
 
 
-@pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_driver_daemonsets_wait_for_nfd(stack: str, dev_plan: Plan, prod_plan: Plan) -> None:
+@pytest.mark.parametrize(("stack", "installed"), [
+    ("dev", "gpu-operator-olm-approve-install-plan"), ("prod", "gpu-operator-release")])
+def test_monitoring_waits_for_the_operator_install(stack: str, installed: str, dev_plan: Plan,
+                                                   prod_plan: Plan) -> None:
     plan = dev_plan if stack == "dev" else prod_plan
-    nfd_worker = plan.object("DaemonSet", "nfd-worker")
-    nfd_master = plan.object("Deployment", "nfd-master")
-    rule = plan.object("NodeFeatureRule", "nvidia-gpu")
-
-    for daemonset in drivers(plan).values():
-        assert depends(daemonset, nfd_worker) and depends(daemonset, nfd_master) and depends(daemonset, rule)
-
-
-@pytest.mark.parametrize("name", ["nvidia-container-toolkit", "nvidia-device-plugin", "nvidia-gpu-feature-discovery"])
-def test_node_agents_wait_for_every_driver_validation(dev_plan: Plan, name: str) -> None:
-    agent = dev_plan.object("DaemonSet", name)
-    validations = driver_validations(dev_plan)
-    assert len(validations) == 2
-
-    assert all(depends(agent, job) for job in validations.values())
-
-
-def test_driver_validation_waits_for_its_driver(dev_plan: Plan) -> None:
-    by_kernel = drivers(dev_plan)
-    for kernel, job in driver_validations(dev_plan).items():
-        assert depends(job, by_kernel[kernel])
-
-
-def test_device_plugin_waits_for_the_toolkit(dev_plan: Plan) -> None:
-    plugin = dev_plan.object("DaemonSet", "nvidia-device-plugin")
-
-    assert depends(plugin, dev_plan.object("DaemonSet", "nvidia-container-toolkit"))
-    assert depends(plugin, dev_plan.object("RuntimeClass", "nvidia"))
-
-
-def test_device_plugin_validation_waits_for_the_plugin_and_the_drivers(dev_plan: Plan) -> None:
-    validation = dev_plan.object("Job", "nvidia-device-plugin-validation")
-
-    assert depends(validation, dev_plan.object("DaemonSet", "nvidia-device-plugin"))
-    assert all(depends(validation, job) for job in driver_validations(dev_plan).values())
-
-
-@pytest.mark.parametrize(("kind", "name"), [
-    ("DaemonSet", "nvidia-dcgm-exporter"), ("Service", "nvidia-dcgm-exporter"),
-    ("ServiceMonitor", "nvidia-dcgm-exporter"), ("PrometheusRule", "gpu-alerts"),
-])
-def test_monitoring_waits_for_the_device_plugin_validation(dev_plan: Plan, kind: str, name: str) -> None:
-    assert depends(dev_plan.object(kind, name), dev_plan.object("Job", "nvidia-device-plugin-validation"))
+    for kind, name in [("NetworkPolicy", "dcgm-exporter-scrapers-only"), ("ConfigMap", "gpu-dashboard"),
+                       ("PrometheusRule", "gpu-alerts")]:
+        assert depends(plan.object(kind, name), plan.named(installed)), name
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_tenant_objects_wait_for_the_priority_classes(stack: str, dev_plan: Plan, prod_plan: Plan) -> None:
+def test_tenant_objects_wait_for_priority_classes_and_admission(stack: str, dev_plan: Plan, prod_plan: Plan) -> None:
     plan = dev_plan if stack == "dev" else prod_plan
-    classes = [plan.object("PriorityClass", "gpu-high"), plan.object("PriorityClass", "gpu-low")]
+    before = [plan.object("PriorityClass", "gpu-high"), plan.object("PriorityClass", "gpu-low"),
+              plan.object("ValidatingAdmissionPolicy", "gpu-platform-tenant-pods"),
+              plan.object("ValidatingAdmissionPolicyBinding", "gpu-platform-tenant-pods")]
     tenants = [t["name"] for t in stack_config(stack)["gpu-platform:tenants"]]
 
     for tenant in tenants:
         namespace = plan.object("Namespace", tenant)
         quota = plan.object("ResourceQuota", "gpu-quota", tenant)
         for resource in (namespace, quota):
-            assert all(depends(resource, cls) for cls in classes), tenant
+            assert all(depends(resource, other) for other in before), tenant
         assert depends(quota, namespace)
 
 
@@ -177,138 +200,207 @@ def test_every_child_has_a_parent_in_the_plan(dev_plan: Plan) -> None:
 def test_dev_outputs(dev_plan: Plan) -> None:
     outputs = dev_plan.outputs
 
+    assert outputs["cluster"] == "dev-ocp"
+    assert outputs["kubernetesVersion"] == "1.31"  # derived from OpenShift 4.18
     assert outputs["capacity"] == {"t4-inference": 2, "a100-training": 8}
     assert outputs["totalGpus"] == 10
-    assert sorted(outputs["kernels"]) == sorted([f"rhcos4.16/{DEV_T4_KERNEL}", f"rhcos4.16/{DEV_A100_KERNEL}"])
-    assert outputs["driverImages"] == {
-        f"rhcos4.16/{kernel}": f"nvcr.io/nvidia/driver:580-{kernel}-rhcos4.16"
-        for kernel in (DEV_T4_KERNEL, DEV_A100_KERNEL)
-    }
-    assert outputs["tenants"]["vision"]["gpus"] == 6
-    assert outputs["tenants"]["vision"]["priorityClass"] == "gpu-high"
-    assert outputs["tenants"]["nlp-research"]["gpus"] == 4
-    assert outputs["tenants"]["nlp-research"]["priorityClass"] == "gpu-low"
-    assert outputs["kubernetesVersion"] == "1.31"
+    assert outputs["kernels"] == [DEV_TARGET.key]
+    assert outputs["keptKernels"] == []
+    # OpenShift builds the driver on the node (Driver Toolkit): the image carries the version, not the kernel.
+    assert outputs["driverImages"] == {DEV_TARGET.key: "nvcr.io/nvidia/driver:580.95.05-rhcos4.18"}
+    assert outputs["tenants"] == {"vision": {"gpus": 6, "priorityClass": "gpu-high"},
+                                  "nlp-research": {"gpus": 4, "priorityClass": "gpu-low"}}
 
 
 def test_prod_outputs(prod_plan: Plan) -> None:
     outputs = prod_plan.outputs
 
+    assert outputs["cluster"] == "prod-gpu"
+    assert outputs["kubernetesVersion"] == "1.31"
     assert outputs["capacity"] == {"l4-inference": 8 * 1, "a10g-batch": 4 * 4, "h100-training": 2 * 8}
     assert outputs["totalGpus"] == 40
-    assert sorted(outputs["kernels"]) == ["ubuntu22.04/6.8.0-1019-aws", "ubuntu22.04/6.8.0-1021-aws"]
-    assert outputs["driverImages"]["ubuntu22.04/6.8.0-1019-aws"] == "nvcr.io/nvidia/driver:580-6.8.0-1019-aws-ubuntu22.04"
+    assert outputs["kernels"] == [PROD_H100.key, PROD_SHARED.key]
+    assert outputs["keptKernels"] == []
+    assert outputs["driverImages"] == {
+        PROD_H100.key: "nvcr.io/nvidia/driver:580-6.8.0-1019-aws-ubuntu22.04",
+        PROD_SHARED.key: "nvcr.io/nvidia/driver:580-6.8.0-1021-aws-ubuntu22.04",
+    }
     assert set(outputs["tenants"]) == {"search-ranking", "llm-training", "analytics"}
     assert outputs["tenants"]["llm-training"]["gpus"] == 16
 
 
-def test_driver_images_output_matches_the_daemonsets(prod_plan: Plan) -> None:
-    images = {kernel: ds["inputs"]["spec"]["template"]["spec"]["containers"][0]["image"]
-              for kernel, ds in drivers(prod_plan).items()}
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_driver_images_output_is_what_the_operator_pulls(stack: str, dev_plan: Plan, prod_plan: Plan) -> None:
+    plan = dev_plan if stack == "dev" else prod_plan
 
-    assert sorted(images.values()) == sorted(prod_plan.outputs["driverImages"].values())
+    pulled = {target.key: pulled_image(driver, target) for target, driver in drivers(plan).items()}
 
-
-# -- kernels -> driver DaemonSets ---------------------------------------------------------------------------------
-
-
-def test_one_driver_daemonset_per_distinct_kernel(prod_plan: Plan, dev_plan: Plan) -> None:
-    # prod: three pools, two of them on the same kernel.
-    assert set(drivers(prod_plan)) == set(pool_kernels("prod").values())
-    assert len(drivers(prod_plan)) == 2
-    assert set(drivers(dev_plan)) == {DEV_T4_KERNEL, DEV_A100_KERNEL}
-    assert len(driver_validations(prod_plan)) == 2
+    assert pulled == plan.outputs["driverImages"]
 
 
-def test_driver_daemonset_image_carries_its_kernel(dev_plan: Plan) -> None:
-    for kernel, daemonset in drivers(dev_plan).items():
-        image = daemonset["inputs"]["spec"]["template"]["spec"]["containers"][0]["image"]
-        assert image == f"nvcr.io/nvidia/driver:580-{kernel}-rhcos4.16"
-        assert daemonset["inputs"]["metadata"]["name"] == f"nvidia-driver-{KernelTarget('rhcos4.16', kernel).slug}"
+def test_precompiled_on_openshift_changes_the_driver_images() -> None:
+    config = stack_config("dev")
+    config["gpu-platform:driver"]["precompiled"] = True
+
+    plan = render_stack("dev", config)
+
+    [driver] = drivers(plan).values()
+    assert driver["inputs"]["spec"]["usePrecompiled"] is True
+    assert driver["inputs"]["spec"]["version"] == "580"
+    assert plan.outputs["driverImages"] == {DEV_TARGET.key: f"nvcr.io/nvidia/driver:580-{DEV_KERNEL}-rhcos4.18"}
 
 
-@pytest.fixture(scope="module")
-def dev_kernel_bump() -> Plan:
-    """dev with the t4-inference pool moved to a new kernel."""
-    return render_stack("dev", with_pool_kernel("dev", "t4-inference", NEW_KERNEL))
+# -- kernels -> NVIDIADrivers -------------------------------------------------------------------------------------
 
 
-def test_kernel_change_replaces_only_that_kernels_driver(dev_plan: Plan, dev_kernel_bump: Plan) -> None:
-    before, after = drivers(dev_plan), drivers(dev_kernel_bump)
-
-    assert set(after) == {NEW_KERNEL, DEV_A100_KERNEL}
-    # The other pool's driver is untouched: same logical resource, same inputs.
-    assert after[DEV_A100_KERNEL]["urn"] == before[DEV_A100_KERNEL]["urn"]
-    assert after[DEV_A100_KERNEL]["inputs"] == before[DEV_A100_KERNEL]["inputs"]
-    # The bumped pool gets a new driver: new name, nodeSelector and image, all carrying the new kernel.
-    new = after[NEW_KERNEL]["inputs"]
-    old = before[DEV_T4_KERNEL]["inputs"]
-    assert new["metadata"]["name"] != old["metadata"]["name"]
-    assert new["metadata"]["name"] == f"nvidia-driver-{KernelTarget('rhcos4.16', NEW_KERNEL).slug}"
-    assert new["spec"]["template"]["spec"]["nodeSelector"][KERNEL_LABEL] == NEW_KERNEL
-    assert new["spec"]["template"]["spec"]["containers"][0]["image"] == f"nvcr.io/nvidia/driver:580-{NEW_KERNEL}-rhcos4.16"
+def test_one_nvidia_driver_per_distinct_kernel(prod_plan: Plan, dev_plan: Plan) -> None:
+    # prod: three pools, two of them on the same kernel; dev: every OpenShift node runs the release's kernel.
+    assert set(drivers(prod_plan)) == set(pool_targets("prod").values()) == {PROD_SHARED, PROD_H100}
+    assert set(drivers(dev_plan)) == {DEV_TARGET}
 
 
-def test_kernel_change_moves_the_pool_to_the_new_driver(dev_kernel_bump: Plan) -> None:
-    by_kernel = drivers(dev_kernel_bump)
-    [machine_set] = [ms for ms in dev_kernel_bump.of_type(MACHINE_SET) if "-gpu-t4-inference-" in ms["inputs"]["metadata"]["name"]]
-
-    assert depends(machine_set, by_kernel[NEW_KERNEL])
-    assert not depends(machine_set, by_kernel[DEV_A100_KERNEL])
-
-
-def test_kernel_change_leaves_a_shared_kernels_driver_in_place(prod_plan: Plan) -> None:
-    """prod: l4-inference leaves the kernel a10g-batch still boots; that driver stays exactly as it was."""
-    bumped = render_stack("prod", with_pool_kernel("prod", "l4-inference", "6.8.0-1024-aws"))
-    before, after = drivers(prod_plan), drivers(bumped)
-
-    assert set(after) == {"6.8.0-1024-aws", "6.8.0-1021-aws", "6.8.0-1019-aws"}
-    for kernel in ("6.8.0-1021-aws", "6.8.0-1019-aws"):
-        assert after[kernel]["inputs"] == before[kernel]["inputs"]
-
-
-def test_driver_for_a_kernel_nodes_still_run_is_kept() -> None:
-    """A kernel upgrade removes the old driver only once no observed node runs the old kernel."""
-    config = with_pool_kernel("dev", "t4-inference", NEW_KERNEL)
-    still_old = [ObservedNode("gpu-node-1", KernelTarget("rhcos4.16", DEV_T4_KERNEL))]
-
-    plan = render_stack("dev", config, observed=still_old)
-
-    assert set(drivers(plan)) == {NEW_KERNEL, DEV_T4_KERNEL, DEV_A100_KERNEL}
-    assert set(driver_validations(plan)) == {NEW_KERNEL, DEV_T4_KERNEL, DEV_A100_KERNEL}
-
-
-# -- validations that must not block `pulumi up` ------------------------------------------------------------------
-
-
-def test_without_observed_nodes_no_validation_blocks(dev_plan: Plan) -> None:
-    for job in driver_validations(dev_plan).values():
-        assert annotations(job).get(SKIP_AWAIT) == "true"
-    assert annotations(dev_plan.object("Job", "nvidia-device-plugin-validation")).get(SKIP_AWAIT) == "true"
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_nvidia_driver_is_named_for_its_kernel(stack: str, dev_plan: Plan, prod_plan: Plan) -> None:
+    plan = dev_plan if stack == "dev" else prod_plan
+    for target, driver in drivers(plan).items():
+        assert driver["inputs"]["metadata"]["name"] == f"nvidia-driver-{target.slug}"
+        assert driver["inputs"]["spec"]["nodeSelector"][labels.KERNEL_LABEL] == target.kernel
 
 
 @pytest.fixture(scope="module")
-def observed_t4() -> Plan:
-    """dev where one live node runs the t4-inference kernel and none runs the a100-training one."""
-    return render_stack("dev", observed=[ObservedNode("gpu-node-1", KernelTarget("rhcos4.16", DEV_T4_KERNEL))])
+def prod_kernel_bump() -> Plan:
+    """prod with l4-inference moved to a new kernel, off the one a10g-batch still boots."""
+    return render_stack("prod", with_pool_kernel("prod", "l4-inference", NEW_PROD_KERNEL))
 
 
-def test_validation_for_an_observed_kernel_is_awaited(observed_t4: Plan) -> None:
-    validations = driver_validations(observed_t4)
+def test_kernel_change_adds_only_that_kernels_driver(prod_plan: Plan, prod_kernel_bump: Plan) -> None:
+    before, after = drivers(prod_plan), drivers(prod_kernel_bump)
+    new = KernelTarget("ubuntu22.04", NEW_PROD_KERNEL)
 
-    assert SKIP_AWAIT not in annotations(validations[DEV_T4_KERNEL])
-    assert annotations(validations[DEV_A100_KERNEL]).get(SKIP_AWAIT) == "true"
+    assert set(after) == {new, PROD_SHARED, PROD_H100}
+    # The drivers of kernels other pools boot are untouched: same logical resource, same inputs.
+    for target in (PROD_SHARED, PROD_H100):
+        assert after[target]["urn"] == before[target]["urn"]
+        assert after[target]["inputs"] == before[target]["inputs"]
+    spec = after[new]["inputs"]
+    assert spec["metadata"]["name"] == f"nvidia-driver-{new.slug}"
+    assert spec["spec"]["nodeSelector"][labels.KERNEL_LABEL] == NEW_PROD_KERNEL
+    assert prod_kernel_bump.outputs["driverImages"][new.key] == f"nvcr.io/nvidia/driver:580-{NEW_PROD_KERNEL}-ubuntu22.04"
 
 
-def test_device_plugin_validation_is_awaited_once_a_gpu_node_runs(observed_t4: Plan) -> None:
-    assert SKIP_AWAIT not in annotations(observed_t4.object("Job", "nvidia-device-plugin-validation"))
+def test_kernel_change_moves_the_pool_to_the_new_driver(prod_kernel_bump: Plan) -> None:
+    by_target = drivers(prod_kernel_bump)
+    [group] = [g for g in prod_kernel_bump.of_type(AUTO_SCALING_GROUP) if g["inputs"]["name"] == "prod-gpu-gpu-l4-inference"]
+
+    assert depends(group, by_target[KernelTarget("ubuntu22.04", NEW_PROD_KERNEL)])
+    assert not depends(group, by_target[PROD_SHARED])
 
 
-def test_observed_kernel_outside_the_pools_gets_a_driver() -> None:
-    old = "5.14.0-427.40.1.el9_4.x86_64"
-    plan = render_stack("dev", observed=[ObservedNode("gpu-node-9", KernelTarget("rhcos4.16", old))])
+def test_openshift_kernel_change_replaces_the_driver() -> None:
+    """Without a previous revision or observed nodes, only the declared kernel has a driver."""
+    plan = render_stack("dev", with_cluster("dev", kernel=NEW_DEV_KERNEL))
+    new = KernelTarget("rhcos4.18", NEW_DEV_KERNEL)
 
-    by_kernel = drivers(plan)
-    assert set(by_kernel) == {old, DEV_T4_KERNEL, DEV_A100_KERNEL}
-    assert SKIP_AWAIT not in annotations(driver_validations(plan)[old])
-    assert f"rhcos4.16/{old}" in plan.outputs["kernels"]
+    assert set(drivers(plan)) == {new}
+    assert all(depends(ms, drivers(plan)[new]) for ms in plan.of_type(MACHINE_SET))
+
+
+def test_openshift_release_upgrade_moves_the_driver_to_the_new_rhcos() -> None:
+    kernel = "5.14.0-570.28.1.el9_6.x86_64"
+    config = with_cluster("dev", release="4.19.10", kernel=kernel, nfdOperatorCsv="nfd.4.19.0-202510011234")
+
+    plan = render_stack("dev", config)
+
+    target = KernelTarget("rhcos4.19", kernel)
+    assert set(drivers(plan)) == {target}
+    assert plan.outputs["kubernetesVersion"] == "1.32"
+    assert plan.outputs["driverImages"] == {target.key: "nvcr.io/nvidia/driver:580.95.05-rhcos4.19"}
+
+
+@pytest.fixture(scope="module")
+def observed_old() -> Plan:
+    """dev where one live node still runs an older RHCOS kernel."""
+    return render_stack("dev", observed=[ObservedNode("gpu-node-9", KernelTarget("rhcos4.18", OLD_DEV_KERNEL))])
+
+
+def test_observed_kernel_outside_the_config_gets_a_driver(observed_old: Plan) -> None:
+    old = KernelTarget("rhcos4.18", OLD_DEV_KERNEL)
+
+    assert set(drivers(observed_old)) == {old, DEV_TARGET}
+    assert observed_old.outputs["kernels"] == [old.key, DEV_TARGET.key]
+    assert observed_old.outputs["keptKernels"] == []  # there is evidence: it is observed, not kept
+
+
+# -- kept kernels: stacks.program.build with `previous` -------------------------------------------------------------
+
+
+def test_previous_kernels_keep_their_drivers_offline() -> None:
+    """A kernel leaving the config keeps its driver while no node inventory shows no node on it."""
+    config = stack_config("prod")
+    for entry in config["gpu-platform:nodePools"]:
+        if entry["kernel"] == PROD_SHARED.kernel:
+            entry["kernel"] = NEW_PROD_KERNEL
+    previous = [PROD_SHARED, PROD_H100]
+
+    plan = render_with_previous("prod", previous, config)
+
+    new = KernelTarget("ubuntu22.04", NEW_PROD_KERNEL)
+    assert set(drivers(plan)) == {new, PROD_SHARED, PROD_H100}
+    assert plan.outputs["keptKernels"] == [PROD_SHARED.key]
+    assert PROD_SHARED.key in plan.outputs["kernels"] and PROD_SHARED.key in plan.outputs["driverImages"]
+    # No pool waits for the kept driver.
+    for group in plan.of_type(AUTO_SCALING_GROUP):
+        assert not depends(group, drivers(plan)[PROD_SHARED])
+
+
+def test_previous_kernels_still_declared_are_not_reported_as_kept() -> None:
+    plan = render_with_previous("prod", [PROD_SHARED, PROD_H100])
+
+    assert set(drivers(plan)) == {PROD_SHARED, PROD_H100}
+    assert plan.outputs["keptKernels"] == []
+
+
+def test_observed_nodes_drop_previous_kernels_no_node_runs() -> None:
+    config = with_cluster("dev", kernel=NEW_DEV_KERNEL)
+    new = KernelTarget("rhcos4.18", NEW_DEV_KERNEL)
+    previous = [DEV_TARGET, KernelTarget("rhcos4.18", OLD_DEV_KERNEL)]
+
+    rolled = render_with_previous("dev", previous, config, observed=[ObservedNode("gpu-1", new)])
+    rolling = render_with_previous("dev", previous, config, observed=[ObservedNode("gpu-1", new),
+                                                                      ObservedNode("gpu-2", DEV_TARGET)])
+
+    assert set(drivers(rolled)) == {new}
+    assert rolled.outputs["keptKernels"] == []
+    assert set(drivers(rolling)) == {new, DEV_TARGET}  # a node still runs it: its driver stays
+    assert rolling.outputs["keptKernels"] == []
+
+
+# -- stacks.program.run -------------------------------------------------------------------------------------------
+
+
+def run_with_discovery(enabled: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[Any]]:
+    """Run stacks.program.run for prod under the mock runtime; return the warnings and the discovery reads."""
+    warnings: list[str] = []
+    reads: list[Any] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda message, *args, **kwargs: warnings.append(message))
+    monkeypatch.setattr(program, "read_live_nodes", lambda discovery: reads.append(discovery) or [])
+    config = stack_config("prod")
+    config["gpu-platform:cluster"]["discovery"] = {"enabled": enabled}
+    config["gpu-platform:preflight"] = False
+    stack_file = stack_file_from_config("prod", config)
+    run_program(stack_file.stack, stack_file.config, stack_file.secret_keys, program.run)
+    return warnings, reads
+
+
+def test_run_warns_when_discovery_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    warnings, reads = run_with_discovery(False, monkeypatch)
+
+    assert reads == []
+    assert any("live discovery is off" in warning and "cluster.discovery.enabled" in warning for warning in warnings)
+
+
+def test_run_reads_live_nodes_without_warning_when_discovery_is_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    warnings, reads = run_with_discovery(True, monkeypatch)
+
+    assert len(reads) == 1 and reads[0].enabled is True
+    assert not any("live discovery is off" in warning for warning in warnings)

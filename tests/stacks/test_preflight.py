@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from fleet.kernels import KernelTarget
+from fleet.kernels import DriverRelease, KernelTarget
 from stacks.preflight import (
     MANIFEST_MEDIA_TYPES,
     ImageReference,
@@ -55,7 +55,7 @@ class StandInRegistry:
         self.host = f"127.0.0.1:{self.server.server_address[1]}"
 
     def image(self, target: KernelTarget, *, present: bool) -> str:
-        image = target.driver_image(f"{self.host}/nvidia", "580")
+        image = DriverRelease(f"{self.host}/nvidia", "580", "580.95.05", precompiled=True).image(target)
         if present:
             reference = ImageReference.parse(image)
             self.manifests.add(f"/v2/{reference.repository}/manifests/{reference.tag}")
@@ -126,6 +126,18 @@ def test_each_distinct_image_is_asked_once(registry: StandInRegistry) -> None:
     assert len(registry.heads) == 1
 
 
+def test_a_built_driver_image_is_asked_once_for_all_kernels_of_its_os(registry: StandInRegistry) -> None:
+    """Built on the node (OpenShift's Driver Toolkit): one `<version>-<os>` image serves every kernel of that OS."""
+    release = DriverRelease(f"{registry.host}/nvidia", "580", "580.95.05", precompiled=False)
+    other = KernelTarget(RHCOS.os, "5.14.0-427.87.1.el9_4.x86_64")
+    image = release.image(RHCOS)
+    registry.manifests.add("/v2/nvidia/driver/manifests/580.95.05-rhcos4.18")
+
+    check_driver_images({RHCOS: image, other: release.image(other)}, timeout=1)
+
+    assert [path for path, _ in registry.heads] == ["/v2/nvidia/driver/manifests/580.95.05-rhcos4.18"]
+
+
 def test_missing_image_names_image_and_kernel(registry: StandInRegistry) -> None:
     present, missing = registry.image(OLD, present=True), registry.image(NEW, present=False)
 
@@ -134,7 +146,7 @@ def test_missing_image_names_image_and_kernel(registry: StandInRegistry) -> None
 
     message = str(raised.value)
     assert message.startswith(f"driver image {missing} for kernel 6.8.0-1024-aws (ubuntu22.04) is not in its registry")
-    assert "pick a kernel NVIDIA publishes precompiled drivers for" in message
+    assert "pick a kernel and gpu-platform:driver version NVIDIA publishes images for" in message
     assert present not in message
     assert "\n" not in message
 
@@ -201,7 +213,7 @@ def test_registry_down() -> None:
     host = f"127.0.0.1:{closed_port()}"
 
     with pytest.raises(PreflightError, match=rf"registry {host} could not be reached .*refused.*--offline"):
-        check_driver_images({OLD: OLD.driver_image(f"{host}/nvidia", "580")}, timeout=1)
+        check_driver_images({OLD: DriverRelease(f"{host}/nvidia", "580", "580.95.05", precompiled=True).image(OLD)}, timeout=1)
 
 
 @pytest.mark.parametrize(("image", "reference"), [
