@@ -29,7 +29,8 @@ from components.images import ImageName
 from policy.index import index
 
 DEFAULT_OVERCOMMIT = 1.0
-DEFAULT_REGISTRIES = ("nvcr.io", "registry.k8s.io")
+# NVIDIA's operands, NFD, and (OpenShift) the CLI image of the job that approves a pinned operator's install plan.
+DEFAULT_REGISTRIES = ("nvcr.io", "registry.k8s.io", "registry.redhat.io")
 SYSTEM_NAMESPACES = labels.SYSTEM_NAMESPACES
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 TENANT_POD_SECURITY = ("baseline", "restricted")
@@ -41,6 +42,10 @@ MACHINE_SET = "kubernetes:machine.openshift.io/v1beta1:MachineSet"
 AUTO_SCALING_GROUP = "aws:autoscaling/group:Group"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 CLUSTER_POLICY = "kubernetes:nvidia.com/v1:ClusterPolicy"
+NVIDIA_DRIVER = "kubernetes:nvidia.com/v1alpha1:NVIDIADriver"
+# Where each GPU Operator resource keeps the tolerations of the operand DaemonSets it creates.
+OPERAND_TOLERATIONS = {CLUSTER_POLICY: ("spec", "daemonsets", "tolerations"), NVIDIA_DRIVER: ("spec", "tolerations")}
+_DRIVER_BRANCH = re.compile(r"\d+")
 
 # Where each workload kind keeps the pod spec it runs.
 _TEMPLATE = ("spec", "template", "spec")
@@ -263,20 +268,37 @@ def _gpu_pods_tolerate_taint(args: StackValidationArgs, report: ReportViolation)
 
 
 def _driver_pinned_to_kernel(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    if kind(args.resource_type) != "DaemonSet" or not dig(args.props, "metadata", "labels", labels.DRIVER_TARGET_LABEL):
+    # The operator names a precompiled driver <repository>/<image>:<version>-<kernel>-<os> and refuses digests
+    # there (gpu-operator api/nvidia/v1alpha1/nvidiadriver_types.go, GetPrecompiledImagePath).
+    if args.resource_type != NVIDIA_DRIVER:
         return
-    spec = pod_spec(args.resource_type, args.props) or {}
     name = describe(args.resource_type, args.props)
+    spec = dig(args.props, "spec")
     kernel = dig(spec, "nodeSelector", labels.KERNEL_LABEL)
     if not kernel:
-        report(f"driver {name} is not pinned to a kernel; set nodeSelector {labels.KERNEL_LABEL}: <kernel> so "
-               "each node runs the driver built for the kernel it boots", None)
+        report(f"{name} is not pinned to a kernel, so the operator runs its driver on nodes of any kernel; set "
+               f"spec.nodeSelector {labels.KERNEL_LABEL}: <kernel>, one NVIDIADriver per kernel", None)
+    version = str(dig(spec, "version") or "")
+    image = str(dig(spec, "image") or "")
+    if dig(spec, "usePrecompiled") is True and not _DRIVER_BRANCH.fullmatch(version):
+        shown = repr(version) if version else "not set"
+        report(f"{name} uses precompiled drivers, whose tag the operator builds as <version>-<kernel>-<os> (digests "
+               f"are refused), but spec.version is {shown}; set spec.version to the driver branch (digits only, "
+               'e.g. "580")', None)
+    tag = ImageName.parse(image).tag if ":" in image.rsplit("/", 1)[-1] else None
+    if kernel and tag is not None and not re.search(rf"(^|-){re.escape(str(kernel))}(-|$)", tag):
+        report(f"{name} runs on kernel {kernel} but spec.image {image} is tagged for another; drop the tag from "
+               f"spec.image (the operator derives it from spec.version) or tag it <branch>-{kernel}-<os>", None)
+
+
+def _operands_tolerate_gpu_taint(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    path = OPERAND_TOLERATIONS.get(args.resource_type)
+    if path is None:
         return
-    images = [str(c.get("image")) for c in items(spec.get("containers"))]
-    pattern = re.compile(rf"(^|-){re.escape(kernel)}(-|$)")
-    if not any(pattern.search(ImageName.parse(image).tag or "") for image in images):
-        report(f"driver {name} runs on kernel {kernel} but its image ({', '.join(images)}) is not built for it; "
-               f"use the precompiled tag <branch>-{kernel}-<os>", None)
+    if not any(isinstance(t, Mapping) and tolerates(t, labels.GPU_TAINT) for t in items(dig(args.props, *path))):
+        report(f"{describe(args.resource_type, args.props)} does not tolerate the taint {GPU_TAINT_TEXT} in "
+               f"{'.'.join(path)}, so the operator's pods never land on the tainted GPU nodes; add the toleration "
+               f"{{key: {labels.GPU_TAINT['key']}, operator: Exists, effect: {labels.GPU_TAINT['effect']}}}", None)
 
 
 # NVIDIA's configuration for shared clusters: the container toolkit takes the device list only from the device
@@ -305,6 +327,83 @@ def _gpu_access_through_device_plugin(args: ResourceValidationArgs, report: Repo
                f"the GPU quota; set {', '.join(wrong)}", None)
 
 
+# Operand images the GPU Operator's own resources name as repository, image and version: any section of a
+# ClusterPolicy (toolkit, devicePlugin, gfd, dcgmExporter, migManager, validator, ...) and of an NVIDIADriver (the
+# driver is its spec itself; manager, gds, gdrcopy, ...) that carries them.
+OPERAND_IMAGE_RESOURCES = (CLUSTER_POLICY, NVIDIA_DRIVER)
+_OPERAND_FIELDS = ("repository", "image", "version")
+
+
+def operand_sections(resource_type: str, props: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The image-carrying sections of a ClusterPolicy or NVIDIADriver, as (dotted path, section).
+
+    An NVIDIADriver's spec is always one (its driver needs a version even where the operator defaults the image);
+    other sections count when they set a repository or an image.
+    """
+    if resource_type not in OPERAND_IMAGE_RESOURCES:
+        return []
+    spec = dig(props, "spec")
+    if not isinstance(spec, Mapping):
+        return [("spec", {})] if resource_type == NVIDIA_DRIVER else []
+    found: list[tuple[str, Mapping[str, Any]]] = []
+
+    def walk(section: Mapping[str, Any], path: str) -> None:
+        if (resource_type == NVIDIA_DRIVER and path == "spec") or section.get("repository") or section.get("image"):
+            found.append((path, section))
+        for key, value in section.items():
+            if isinstance(value, Mapping):
+                walk(value, f"{path}.{key}")
+
+    walk(spec, "spec")
+    return found
+
+
+def operand_reference(section: Mapping[str, Any]) -> str:
+    """The reference the operator joins from a section: `<repository>/<image>:<version>`, `@<version>` for a
+    `sha256:` digest, or the image alone when neither repository nor version is set (the reverse of
+    components.images.operand_image). An NVIDIADriver's real tag adds `-<kernel>-<os>` or `-<os>`."""
+    repository, image, version = (str(section.get(field) or "") for field in _OPERAND_FIELDS)
+    if not repository and not version:
+        return image
+    base = f"{repository.rstrip('/')}/{image}" if repository else image
+    if not version:
+        return base
+    return f"{base}{'@' if version.startswith('sha256:') else ':'}{version}"
+
+
+def _driver_tag(spec: Mapping[str, Any], version: str) -> str:
+    """The tag the operator pulls for an NVIDIADriver whose spec.version is `version`."""
+    selector = dig(spec, "nodeSelector") or {}
+    os_id, os_version = selector.get(labels.OS_ID_LABEL), selector.get(labels.OS_VERSION_LABEL)
+    node_os = f"{os_id}{os_version}" if os_id and os_version else "<os>"
+    if dig(spec, "usePrecompiled") is True:
+        return f"{version}-{selector.get(labels.KERNEL_LABEL) or '<kernel>'}-{node_os}"
+    return f"{version}-{node_os}"
+
+
+def _no_latest_operand_images(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    name = describe(args.resource_type, args.props)
+    for path, section in operand_sections(args.resource_type, args.props):
+        version = str(section.get("version") or "")
+        if path == "spec" and args.resource_type == NVIDIA_DRIVER:
+            if version and version != "latest":
+                continue
+            shown = (f"spec.version latest, so the operator pulls {section.get('repository') or '<repository>'}/"
+                     f"{section.get('image') or 'driver'}:{_driver_tag(section, 'latest')}" if version
+                     else "no spec.version")
+            report(f"{name} sets {shown}, and a driver without a pinned version changes under a running cluster; "
+                   'set spec.version to the driver branch (precompiled, e.g. "580") or the full driver version '
+                   '(e.g. "580.95.05")', None)
+            continue
+        reference = operand_reference(section)
+        image = ImageName.parse(reference)
+        if image.digest or (image.tag and image.tag != "latest"):
+            continue
+        why = "the :latest tag" if image.tag == "latest" else "no version"
+        report(f"{name} section {path} runs {reference} with {why}, which changes under a running cluster; set "
+               f"{path}.version to a release tag or a sha256: digest", None)
+
+
 def _no_latest_images(args: ResourceValidationArgs, report: ReportViolation) -> None:
     for container in containers(pod_spec(args.resource_type, args.props) or {}):
         image = str(container.get("image"))
@@ -313,6 +412,12 @@ def _no_latest_images(args: ResourceValidationArgs, report: ReportViolation) -> 
             why = "the :latest tag" if name.tag == "latest" else "no tag"
             report(f"container {container.get('name')} of {describe(args.resource_type, args.props)} runs {image} "
                    f"with {why}, which changes under a running cluster; pin a version tag or an @sha256 digest", None)
+    _no_latest_operand_images(args, report)
+
+
+def _registry_allowed(image: ImageName, allowed: Sequence[str]) -> bool:
+    repository = f"{image.registry}/{image.repository}"
+    return any(image.registry == entry or repository.startswith(f"{entry}/") for entry in allowed)
 
 
 def _allowed_registries(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -320,11 +425,24 @@ def _allowed_registries(args: ResourceValidationArgs, report: ReportViolation) -
     for container in containers(pod_spec(args.resource_type, args.props) or {}):
         image = str(container.get("image"))
         name = ImageName.parse(image)
-        registry, repository = name.registry, f"{name.registry}/{name.repository}"
-        if not any(registry == entry or repository.startswith(f"{entry}/") for entry in allowed):
+        if not _registry_allowed(name, allowed):
             report(f"container {container.get('name')} of {describe(args.resource_type, args.props)} pulls {image} "
-                   f"from {registry}, which is not allowed ({', '.join(allowed)}); mirror the image into an allowed "
-                   "registry or add the registry to allowedRegistries in the pack config", None)
+                   f"from {name.registry}, which is not allowed ({', '.join(allowed)}); mirror the image into an "
+                   "allowed registry or add the registry to allowedRegistries in the pack config", None)
+    for path, section in operand_sections(args.resource_type, args.props):
+        if not (section.get("repository") or section.get("image")):
+            continue  # the operator's default image for its release
+        reference = operand_reference(section)
+        name = ImageName.parse(reference)
+        if not _registry_allowed(name, allowed):
+            field = f"{path}.repository" if section.get("repository") else f"{path}.image"
+            report(f"{describe(args.resource_type, args.props)} section {path} pulls {reference} from "
+                   f"{name.registry}, which is not allowed ({', '.join(allowed)}); point {field} at an allowed "
+                   "registry (mirror the image there) or add the registry to allowedRegistries in the pack config",
+                   None)
+
+
+_SYSTEM_NAMESPACE_TEXT = ", ".join(SYSTEM_NAMESPACES[:-1]) + f" or {SYSTEM_NAMESPACES[-1]}"
 
 
 def _host_access_in_system_namespaces(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -337,9 +455,9 @@ def _host_access_in_system_namespaces(args: ResourceValidationArgs, report: Repo
              if dig(c, "securityContext", "privileged")]
     uses += [f"hostPath volume {v.get('name')}" for v in items(spec.get("volumes")) if v.get("hostPath")]
     if uses:
-        report(f"{describe(args.resource_type, args.props)} uses {', '.join(uses)}; only the GPU node agents in "
-               f"{' or '.join(SYSTEM_NAMESPACES)} may reach into the host. Drop them, or run the agent in "
-               f"{labels.GPU_OPERATOR_NAMESPACES['kubernetes']}", None)
+        report(f"{describe(args.resource_type, args.props)} uses {', '.join(uses)}; only the GPU Operator's and "
+               f"NFD's pods, in {_SYSTEM_NAMESPACE_TEXT}, may reach into the host. Drop them, or have the GPU "
+               "Operator or NFD run the agent", None)
 
 
 def _tenant_pod_security(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -443,8 +561,17 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
     ),
     ResourceValidationPolicy(
         name="driver-pinned-to-kernel",
-        description="Each driver DaemonSet is pinned to one kernel and runs the image built for that kernel.",
+        description=f"Each NVIDIADriver pins one kernel ({labels.KERNEL_LABEL} in spec.nodeSelector); with "
+                    "usePrecompiled its spec.version is a driver branch (digits only), and a tag in spec.image names "
+                    "the pinned kernel.",
         validate=_driver_pinned_to_kernel,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="operands-tolerate-gpu-taint",
+        description=f"The ClusterPolicy (spec.daemonsets.tolerations) and every NVIDIADriver (spec.tolerations) "
+                    f"tolerate {GPU_TAINT_TEXT}, so the operator's pods run on the GPU nodes.",
+        validate=_operands_tolerate_gpu_taint,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
     ResourceValidationPolicy(
@@ -456,13 +583,16 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
     ),
     ResourceValidationPolicy(
         name="no-latest-images",
-        description="Every container image is pinned to a version tag or digest, never :latest or untagged.",
+        description="Every container image, and every operand image of the ClusterPolicy and the NVIDIADrivers "
+                    "(sections with repository/image/version), is pinned to a version tag or digest, never :latest "
+                    "or untagged; an NVIDIADriver always sets spec.version.",
         validate=_no_latest_images,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
     ResourceValidationPolicy(
         name="allowed-image-registries",
-        description="Every container image comes from an allowed registry.",
+        description="Every container image, and every operand image the ClusterPolicy and the NVIDIADrivers name "
+                    "(<repository>/<image>), comes from an allowed registry or registry path.",
         validate=_allowed_registries,
         enforcement_level=EnforcementLevel.MANDATORY,
         config_schema=PolicyConfigSchema(properties={"allowedRegistries": {
@@ -472,7 +602,8 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
     ),
     ResourceValidationPolicy(
         name="host-access-only-in-gpu-system",
-        description="Privileged containers, host namespaces and hostPath volumes only in the GPU system namespaces.",
+        description="Privileged containers, host namespaces and hostPath volumes only in the GPU Operator's and NFD's "
+                    f"namespaces ({', '.join(SYSTEM_NAMESPACES)}).",
         validate=_host_access_in_system_namespaces,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),

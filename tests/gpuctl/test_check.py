@@ -38,14 +38,23 @@ def no_gpu_quota(doc: Document) -> None:
     doc["resources"].remove(resource(doc, "tenant-vision-gpu-quota"))
 
 
+DEV_DRIVER = "driver-rhcos4-18-5-14-0-427-87-1-el9-4-x86-64"
+CLUSTER_POLICY = "cluster-policy-cluster-policy"
+APPROVER = "gpu-operator-olm-approve-install-plan"
+
+
 def driver_for_another_kernel(doc: Document) -> None:
-    driver = resource(doc, "driver-rhcos4-16-5-14-0-427-42-1-el9-4-x86-64")["inputs"]["spec"]["template"]["spec"]
-    driver["containers"][0]["image"] = "nvcr.io/nvidia/driver:580-5.14.0-427.50.1.el9_4.x86_64-rhcos4.16"
+    spec = resource(doc, DEV_DRIVER)["inputs"]["spec"]
+    spec["image"] = "nvcr.io/nvidia/driver:580.95.05-5.14.0-427.50.1.el9_4.x86_64-rhcos4.18"
+
+
+def operands_untolerated(doc: Document) -> None:
+    resource(doc, CLUSTER_POLICY)["inputs"]["spec"]["daemonsets"]["tolerations"] = []
 
 
 def latest_image(doc: Document) -> None:
-    toolkit = resource(doc, "device-plugin-toolkit")["inputs"]["spec"]["template"]["spec"]
-    toolkit["containers"][0]["image"] = "nvcr.io/nvidia/k8s/container-toolkit:latest"
+    approver = resource(doc, APPROVER)["inputs"]["spec"]["template"]["spec"]
+    approver["containers"][0]["image"] = "registry.redhat.io/openshift4/ose-cli-rhel9:latest"
 
 
 # case -> (dev plan mutation, the policy and the resource the report must name)
@@ -53,9 +62,9 @@ VIOLATIONS: dict[str, tuple[Callable[[Document], None], str, str]] = {
     "over-capacity": (over_capacity, "gpu-quota-within-capacity", "(stack)"),
     "untainted-pool": (untainted_pool, "gpu-pool-tainted", "pool-t4-inference"),
     "no-gpu-quota": (no_gpu_quota, "tenant-gpu-quota", "tenant-vision-namespace"),
-    "driver-kernel-mismatch": (driver_for_another_kernel, "driver-pinned-to-kernel",
-                               "driver-rhcos4-16-5-14-0-427-42-1-el9-4-x86-64"),
-    "latest-image": (latest_image, "no-latest-images", "device-plugin-toolkit"),
+    "driver-kernel-mismatch": (driver_for_another_kernel, "driver-pinned-to-kernel", DEV_DRIVER),
+    "operands-untolerated": (operands_untolerated, "operands-tolerate-gpu-taint", CLUSTER_POLICY),
+    "latest-image": (latest_image, "no-latest-images", APPROVER),
 }
 
 
@@ -97,7 +106,8 @@ def test_mandatory_violations_exit_1_naming_each_policy(cli: dict[str, subproces
     result = cli["all"]
     assert result.returncode == 1, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == f"mandatory ({len(VIOLATIONS)})" and lines[-1] == "5 mandatory, 0 advisory violation(s)"
+    assert lines[0] == f"mandatory ({len(VIOLATIONS)})"
+    assert lines[-1] == f"{len(VIOLATIONS)} mandatory, 0 advisory violation(s)"
     for _, policy, where in VIOLATIONS.values():
         assert any(line.startswith(f"{policy}  {where}  ") for line in lines[1:-1]), policy
 
@@ -122,13 +132,14 @@ def test_json_gives_the_same_as_data(cli: dict[str, subprocess.CompletedProcess[
     result = cli["json"]
     assert result.returncode == 1
     report = json.loads(result.stdout)
-    assert report["stack"] == "dev" and (report["mandatory"], report["advisory"]) == (5, 0)
+    assert report["stack"] == "dev" and (report["mandatory"], report["advisory"]) == (len(VIOLATIONS), 0)
     assert all(set(v) == {"policy", "level", "urn", "name", "message"} for v in report["violations"])
     assert {(v["policy"], v["name"] or "(stack)") for v in report["violations"]} == \
         {(policy, where) for _, policy, where in VIOLATIONS.values()}
     by_policy = {v["policy"]: v for v in report["violations"]}
     assert by_policy["gpu-quota-within-capacity"]["urn"] is None
-    assert by_policy["no-latest-images"]["urn"].endswith("::device-plugin-toolkit")
+    assert by_policy["no-latest-images"]["urn"].endswith(f"::{APPROVER}")
+    assert by_policy["operands-tolerate-gpu-taint"]["urn"].endswith(f"::{CLUSTER_POLICY}")
 
 
 # The pack config and malformed input, in-process: the same entry point, without a start-up each.
@@ -145,7 +156,7 @@ def test_policy_config_lowers_a_level_to_advisory(rendered: dict[str, Path], tmp
     config = write_config(tmp_path, {"no-latest-images": {"enforcementLevel": "advisory"}})
     assert main(["check", str(rendered["latest-image"]), "--policy-config", config]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "advisory (1)" and lines[1].startswith("no-latest-images  device-plugin-toolkit  ")
+    assert lines[0] == "advisory (1)" and lines[1].startswith(f"no-latest-images  {APPROVER}  ")
 
 
 def test_policy_config_disables_a_policy(rendered: dict[str, Path], tmp_path: Path,

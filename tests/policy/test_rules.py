@@ -58,8 +58,13 @@ def user_data(script: str) -> str:
 ROLE = "kubernetes:rbac.authorization.k8s.io/v1:Role"
 ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
 CLUSTER_ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding"
-DRIVER_42 = "driver-rhcos4-16-5-14-0-427-42-1-el9-4-x86-64"
+DAEMON_SET = "kubernetes:apps/v1:DaemonSet"
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+RUNTIME_CLASS = "kubernetes:node.k8s.io/v1:RuntimeClass"
+DEV_DRIVER = "driver-rhcos4-18-5-14-0-427-87-1-el9-4-x86-64"
 DRIVER_1019 = "driver-ubuntu22-04-6-8-0-1019-aws"
+CLUSTER_POLICY = "cluster-policy-cluster-policy"
+APPROVER = "gpu-operator-olm-approve-install-plan"  # dev: the Job approving the GPU Operator's install plan
 WILDCARD_RULES = [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]
 
 
@@ -70,12 +75,13 @@ def wildcard_role(doc: Document, namespace: str) -> dict[str, Any]:
     return {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "anything"}
 
 
-def bind_wildcard_in_gpu_system(doc: Document) -> None:
-    ref = wildcard_role(doc, labels.GPU_SYSTEM_NAMESPACE)
-    add(doc, ROLE_BINDING, "agents-anything", {
+def bind_wildcard_in_operator_namespace(doc: Document) -> None:
+    namespace = labels.GPU_OPERATOR_NAMESPACES["openshift"]
+    ref = wildcard_role(doc, namespace)
+    add(doc, ROLE_BINDING, "operator-anything", {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "agents-anything", "namespace": labels.GPU_SYSTEM_NAMESPACE}, "roleRef": ref,
-        "subjects": [{"kind": "ServiceAccount", "name": "nvidia-driver", "namespace": labels.GPU_SYSTEM_NAMESPACE}]})
+        "metadata": {"name": "operator-anything", "namespace": namespace}, "roleRef": ref,
+        "subjects": [{"kind": "ServiceAccount", "name": "gpu-operator", "namespace": namespace}]})
 
 
 def bind_tenant_cluster_wide(doc: Document) -> None:
@@ -86,11 +92,43 @@ def bind_tenant_cluster_wide(doc: Document) -> None:
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "vision-team"}]})
 
 
+def host_agent(doc: Document, namespace: str) -> str:
+    """Add a privileged host agent DaemonSet (host PID, a hostPath volume) in a namespace; its logical name."""
+    name = f"{namespace}-host-agent"
+    add(doc, DAEMON_SET, name, {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "host-agent", "namespace": namespace},
+        "spec": {"selector": {"matchLabels": {"app": "host-agent"}}, "template": {
+            "metadata": {"labels": {"app": "host-agent"}},
+            "spec": {"hostPID": True, "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
+                     "containers": [{"name": "agent", "image": "nvcr.io/nvidia/agent:1.0",
+                                     "securityContext": {"privileged": True}}]}}}})
+    return name
+
+
 def host_path_in_tenant(doc: Document) -> None:
-    gc = copy.deepcopy(inputs(doc, "nfd-nfd-gc"))
-    gc["metadata"]["namespace"] = "vision"
-    gc["spec"]["template"]["spec"]["volumes"] = [{"name": "host", "hostPath": {"path": "/"}}]
-    add(doc, "kubernetes:apps/v1:Deployment", "vision-gc", gc)
+    job = copy.deepcopy(inputs(doc, APPROVER))
+    job["metadata"]["namespace"] = "vision"
+    job["spec"]["template"]["spec"]["volumes"] = [{"name": "host", "hostPath": {"path": "/"}}]
+    add(doc, "kubernetes:batch/v1:Job", "vision-job", job)
+
+
+def gpu_workload(doc: Document, tolerations: list[dict[str, Any]], runtime_class: str | None = None) -> None:
+    """Add a tenant's Deployment `vision-trainer` requesting one GPU."""
+    spec: dict[str, Any] = {"tolerations": tolerations, "containers": [{
+        "name": "train", "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+        "resources": {"limits": {labels.GPU_RESOURCE: "1"}}}]}
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    add(doc, DEPLOYMENT, "vision-trainer", {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "trainer", "namespace": "vision"},
+        "spec": {"selector": {"matchLabels": {"app": "trainer"}},
+                 "template": {"metadata": {"labels": {"app": "trainer"}}, "spec": spec}}})
+
+
+def runtime_class(doc: Document, name: str, tolerations: list[dict[str, Any]]) -> None:
+    add(doc, RUNTIME_CLASS, f"runtime-class-{name}", {
+        "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name}, "handler": "nvidia",
+        "scheduling": {"tolerations": tolerations}})
 
 
 def drop_asg_taint_tag(doc: Document) -> None:
@@ -106,6 +144,29 @@ def pod_taints(doc: Document) -> list[dict[str, Any]]:
     return pod(doc, "pool-t4-inference")["taints"]
 
 
+def driver(doc: Document, name: str) -> dict[str, Any]:
+    """The spec of an NVIDIADriver."""
+    return inputs(doc, name)["spec"]
+
+
+def operand_tolerations(doc: Document) -> list[dict[str, Any]]:
+    return inputs(doc, CLUSTER_POLICY)["spec"]["daemonsets"]["tolerations"]
+
+
+def operand(doc: Document, section: str) -> dict[str, Any]:
+    """A section of the shipped ClusterPolicy (toolkit, devicePlugin, ...)."""
+    return inputs(doc, CLUSTER_POLICY)["spec"][section]
+
+
+def manager(doc: Document, name: str) -> dict[str, Any]:
+    """The driver manager section of an NVIDIADriver."""
+    return driver(doc, name)["manager"]
+
+
+def approver_image(image: str) -> Callable[[Document], None]:
+    return lambda doc: pod(doc, APPROVER)["containers"][0].update(image=image)
+
+
 def cluster_policy(doc: Document, toolkit_env: dict[str, str], plugin_env: dict[str, str]) -> None:
     """A ClusterPolicy with these toolkit and device-plugin environment variables."""
     env = lambda values: [{"name": key, "value": value} for key, value in values.items()]  # noqa: E731
@@ -117,6 +178,8 @@ def cluster_policy(doc: Document, toolkit_env: dict[str, str], plugin_env: dict[
 
 HARDENED = {"ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED": "false",
             "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS": "true"}
+GPU_TOLERATION = dict(labels.GPU_TOLERATION)
+DIGEST = f"sha256:{'0' * 64}"
 
 
 # (id, policy, stack, plan mutation, violated?, the resource the violation names, None for the stack)
@@ -148,23 +211,48 @@ CASES: list[Case] = [
      lambda d: inputs(d, "tenant-analytics-gpu-quota")["spec"]["hard"].update({labels.GPU_QUOTA_KEY: "17"}), True,
      None),
 
+    ("toleration-in-pod", "gpu-pods-tolerate-taint", "prod", lambda d: gpu_workload(d, [GPU_TOLERATION]), False,
+     None),
     ("toleration-from-runtime-class", "gpu-pods-tolerate-taint", "dev",
-     lambda d: pod(d, "device-plugin-validation").pop("tolerations"), False, None),
-    ("no-toleration", "gpu-pods-tolerate-taint", "dev",
-     lambda d: [pod(d, "device-plugin-validation").pop(key) for key in ("tolerations", "runtimeClassName")], True,
-     "device-plugin-validation"),
-    ("runtime-class-not-in-stack", "gpu-pods-tolerate-taint", "prod",
-     lambda d: [pod(d, "device-plugin-validation").pop("tolerations"), remove(d, "device-plugin-runtime-class")],
-     True, "device-plugin-validation"),
+     lambda d: [gpu_workload(d, [], "nvidia"), runtime_class(d, "nvidia", [GPU_TOLERATION])], False, None),
+    ("no-toleration", "gpu-pods-tolerate-taint", "dev", lambda d: gpu_workload(d, []), True, "vision-trainer"),
+    ("toleration-for-another-effect", "gpu-pods-tolerate-taint", "dev",
+     lambda d: gpu_workload(d, [{**GPU_TOLERATION, "effect": "NoExecute"}]), True, "vision-trainer"),
+    ("runtime-class-not-in-stack", "gpu-pods-tolerate-taint", "prod", lambda d: gpu_workload(d, [], "nvidia"), True,
+     "vision-trainer"),
 
-    ("driver-digest-and-tag", "driver-pinned-to-kernel", "prod",
-     lambda d: pod(d, DRIVER_1019)["containers"][0].update(
-         image=f"nvcr.io/nvidia/driver:580-6.8.0-1019-aws-ubuntu22.04@sha256:{'0' * 64}"), False, None),
-    ("driver-image-for-another-kernel", "driver-pinned-to-kernel", "prod",
-     lambda d: pod(d, DRIVER_1019)["containers"][0].update(
-         image="nvcr.io/nvidia/driver:580-6.8.0-1021-aws-ubuntu22.04"), True, DRIVER_1019),
+    ("full-version-with-driver-toolkit", "driver-pinned-to-kernel", "dev",
+     lambda d: driver(d, DEV_DRIVER).update(version="580.95.05"), False, None),
+    ("image-tagged-for-its-kernel", "driver-pinned-to-kernel", "prod",
+     lambda d: driver(d, DRIVER_1019).update(image="nvcr.io/nvidia/driver:580-6.8.0-1019-aws-ubuntu22.04"), False,
+     None),
+    ("registry-port-is-no-tag", "driver-pinned-to-kernel", "prod",
+     lambda d: driver(d, DRIVER_1019).update(image="mirror.example.com:5000/nvidia/driver"), False, None),
     ("driver-not-pinned", "driver-pinned-to-kernel", "dev",
-     lambda d: pod(d, DRIVER_42)["nodeSelector"].pop(labels.KERNEL_LABEL), True, DRIVER_42),
+     lambda d: driver(d, DEV_DRIVER)["nodeSelector"].pop(labels.KERNEL_LABEL), True, DEV_DRIVER),
+    ("precompiled-full-version", "driver-pinned-to-kernel", "prod",
+     lambda d: driver(d, DRIVER_1019).update(version="580.95.05"), True, DRIVER_1019),
+    ("precompiled-digest", "driver-pinned-to-kernel", "prod",
+     lambda d: driver(d, DRIVER_1019).update(version=DIGEST), True, DRIVER_1019),
+    ("driver-image-for-another-kernel", "driver-pinned-to-kernel", "prod",
+     lambda d: driver(d, DRIVER_1019).update(image="nvcr.io/nvidia/driver:580-6.8.0-1021-aws-ubuntu22.04"), True,
+     DRIVER_1019),
+
+    ("operands-tolerate-every-taint", "operands-tolerate-gpu-taint", "dev",
+     lambda d: operand_tolerations(d).__setitem__(0, {"operator": "Exists"}), False, None),
+    ("driver-tolerates-gpu-key", "operands-tolerate-gpu-taint", "prod",
+     lambda d: driver(d, DRIVER_1019).update(tolerations=[{"key": labels.GPU_RESOURCE, "operator": "Exists"}]),
+     False, None),
+    ("cluster-policy-without-toleration", "operands-tolerate-gpu-taint", "dev",
+     lambda d: operand_tolerations(d).clear(), True, CLUSTER_POLICY),
+    ("cluster-policy-without-daemonsets", "operands-tolerate-gpu-taint", "prod",
+     lambda d: inputs(d, CLUSTER_POLICY)["spec"].pop("daemonsets"), True, CLUSTER_POLICY),
+    ("driver-tolerates-another-effect", "operands-tolerate-gpu-taint", "prod",
+     lambda d: driver(d, DRIVER_1019).update(tolerations=[{**GPU_TOLERATION, "effect": "NoExecute"}]), True,
+     DRIVER_1019),
+    ("driver-tolerates-another-key", "operands-tolerate-gpu-taint", "dev",
+     lambda d: driver(d, DEV_DRIVER).update(tolerations=[{**GPU_TOLERATION, "key": "example.com/gpu"}]), True,
+     DEV_DRIVER),
 
     ("hardened-cluster-policy", "gpu-access-only-through-device-plugin", "prod",
      lambda d: cluster_policy(d, HARDENED, {"DEVICE_LIST_STRATEGY": "volume-mounts"}), False, None),
@@ -178,22 +266,54 @@ CASES: list[Case] = [
     ("cluster-policy-defaults", "gpu-access-only-through-device-plugin", "dev",
      lambda d: cluster_policy(d, {}, {}), True, "operands"),
 
-    ("digest-pinned-image", "no-latest-images", "dev", lambda d: pod(d, "nfd-nfd-gc")["containers"][0].update(
-        image=f"registry.k8s.io/nfd/node-feature-discovery@sha256:{'0' * 64}"), False, None),
-    ("latest-image", "no-latest-images", "dev", lambda d: pod(d, "nfd-nfd-gc")["containers"][0].update(
-        image="registry.k8s.io/nfd/node-feature-discovery:latest"), True, "nfd-nfd-gc"),
-    ("untagged-init-image", "no-latest-images", "dev", lambda d: pod(d, "device-plugin-toolkit")["initContainers"][0]
-     .update(image="nvcr.io/nvidia/cloud-native/gpu-operator-validator"), True, "device-plugin-toolkit"),
+    ("digest-pinned-image", "no-latest-images", "dev",
+     approver_image(f"registry.redhat.io/openshift4/ose-cli-rhel9@{DIGEST}"), False, None),
+    ("latest-image", "no-latest-images", "dev", approver_image("registry.redhat.io/openshift4/ose-cli-rhel9:latest"),
+     True, APPROVER),
+    ("untagged-init-image", "no-latest-images", "dev", lambda d: pod(d, APPROVER).update(
+        initContainers=[{"name": "wait", "image": "registry.redhat.io/ubi9/ubi-minimal"}]), True, APPROVER),
+    ("operand-digest-pinned", "no-latest-images", "dev",
+     lambda d: operand(d, "toolkit").update(version=DIGEST), False, None),
+    ("operand-full-image-path", "no-latest-images", "prod", lambda d: operand(d, "dcgmExporter").update(
+        repository="", version="", image=f"nvcr.io/nvidia/k8s/dcgm-exporter@{DIGEST}"), False, None),
+    ("driver-digest-built-on-node", "no-latest-images", "dev",
+     lambda d: driver(d, DEV_DRIVER).update(version=DIGEST), False, None),
+    ("cluster-policy-toolkit-latest", "no-latest-images", "dev",
+     lambda d: operand(d, "toolkit").update(version="latest"), True, CLUSTER_POLICY),
+    ("cluster-policy-validator-unversioned", "no-latest-images", "prod",
+     lambda d: operand(d, "validator").pop("version"), True, CLUSTER_POLICY),
+    ("cluster-policy-other-section-latest", "no-latest-images", "prod", lambda d: inputs(d, CLUSTER_POLICY)[
+        "spec"].update(vgpuDeviceManager={"enabled": False, "repository": "nvcr.io/nvidia/cloud-native",
+                                          "image": "vgpu-device-manager", "version": "latest"}), True, CLUSTER_POLICY),
+    ("driver-latest", "no-latest-images", "dev", lambda d: driver(d, DEV_DRIVER).update(version="latest"), True,
+     DEV_DRIVER),
+    ("driver-without-version", "no-latest-images", "prod", lambda d: driver(d, DRIVER_1019).pop("version"), True,
+     DRIVER_1019),
+    ("driver-manager-latest", "no-latest-images", "prod",
+     lambda d: manager(d, DRIVER_1019).update(version="latest"), True, DRIVER_1019),
 
-    ("registry-path-prefix", "allowed-image-registries", "dev", lambda d: pod(d, "nfd-nfd-gc")["containers"][0].update(
-        image="nvcr.io/mirror/nfd:v0.18.2"), False, None),
-    ("docker-hub-image", "allowed-image-registries", "dev", lambda d: pod(d, "nfd-nfd-gc")["containers"][0].update(
-        image="busybox:1.36"), True, "nfd-nfd-gc"),
+    ("registry-path-prefix", "allowed-image-registries", "dev", approver_image("nvcr.io/mirror/ose-cli:v4.18"), False,
+     None),
+    ("docker-hub-image", "allowed-image-registries", "dev", approver_image("busybox:1.36"), True, APPROVER),
+    ("operand-from-nvcr-path", "allowed-image-registries", "prod",
+     lambda d: operand(d, "toolkit").update(repository="nvcr.io/mirror/k8s"), False, None),
+    ("operand-section-without-image", "allowed-image-registries", "dev",
+     lambda d: inputs(d, CLUSTER_POLICY)["spec"].update(gds={"enabled": False, "version": "2.20.5"}), False, None),
+    ("cluster-policy-operand-from-quay", "allowed-image-registries", "dev",
+     lambda d: operand(d, "dcgmExporter").update(repository="quay.io/example"), True, CLUSTER_POLICY),
+    ("cluster-policy-operand-on-docker-hub", "allowed-image-registries", "prod",
+     lambda d: operand(d, "validator").update(repository="", version="",
+                                              image="example/gpu-operator-validator:v26.7.0"), True, CLUSTER_POLICY),
+    ("driver-from-ghcr", "allowed-image-registries", "prod",
+     lambda d: driver(d, DRIVER_1019).update(repository="ghcr.io/example"), True, DRIVER_1019),
+    ("driver-manager-from-ghcr", "allowed-image-registries", "dev",
+     lambda d: manager(d, DEV_DRIVER).update(repository="ghcr.io/example/cloud-native"), True, DEV_DRIVER),
 
-    ("host-access-in-gpu-system", "host-access-only-in-gpu-system", "dev", lambda d: None, False, None),
-    ("privileged-driver-in-tenant", "host-access-only-in-gpu-system", "prod",
-     lambda d: inputs(d, DRIVER_1019)["metadata"].update(namespace="search-ranking"), True, DRIVER_1019),
-    ("host-path-in-tenant", "host-access-only-in-gpu-system", "dev", host_path_in_tenant, True, "vision-gc"),
+    *[(f"host-access-in-{namespace}", "host-access-only-in-gpu-system", "prod",
+       lambda d, namespace=namespace: host_agent(d, namespace), False, None) for namespace in labels.SYSTEM_NAMESPACES],
+    ("privileged-agent-in-tenant", "host-access-only-in-gpu-system", "prod",
+     lambda d: host_agent(d, "search-ranking"), True, "search-ranking-host-agent"),
+    ("host-path-in-tenant", "host-access-only-in-gpu-system", "dev", host_path_in_tenant, True, "vision-job"),
 
     ("restricted-tenant", "tenant-pod-security", "dev", lambda d: namespace_labels(d, "tenant-vision-namespace")
      .update({POD_SECURITY_ENFORCE: "restricted"}), False, None),
@@ -203,7 +323,8 @@ CASES: list[Case] = [
      lambda d: namespace_labels(d, "tenant-analytics-namespace").pop(POD_SECURITY_ENFORCE), True,
      "tenant-analytics-namespace"),
 
-    ("wildcard-role-for-agents", "tenant-rbac-least-privilege", "dev", bind_wildcard_in_gpu_system, False, None),
+    ("wildcard-role-for-operator", "tenant-rbac-least-privilege", "dev", bind_wildcard_in_operator_namespace, False,
+     None),
     ("tenant-cluster-admin", "tenant-rbac-least-privilege", "dev", lambda d: inputs(d, "tenant-vision-edit")[
         "roleRef"].update(name="cluster-admin"), True, "tenant-vision-edit"),
     ("tenant-wildcard-role", "tenant-rbac-least-privilege", "dev",
@@ -239,11 +360,9 @@ def shipped_plans(dev_plan: Plan, prod_plan: Plan) -> dict[str, Plan]:
 
 @pytest.fixture(scope="module")
 def misconfigured() -> Plan:
-    """dev with one GPU more promised than the pools hold, a :latest toolkit and a device plugin from ghcr.io."""
+    """dev with one GPU more promised than the pools hold."""
     config = stack_config("dev")
     config["gpu-platform:tenants"][0]["gpus"] += 1
-    config["gpu-platform:images"] = {"toolkit": "nvcr.io/nvidia/k8s/container-toolkit:latest",
-                                     "devicePlugin": "ghcr.io/nvidia/k8s-device-plugin:v0.18.0"}
     return render_stack("dev", config)
 
 
@@ -283,24 +402,137 @@ def test_overcommit_knob_admits_the_extra_gpu(misconfigured: Plan) -> None:
     assert of(check_plan(misconfigured.document, config), "gpu-quota-within-capacity") == []
 
 
-def test_latest_image_from_config_is_named(misconfigured: Plan) -> None:
-    [violation] = of(check_plan(misconfigured.document), "no-latest-images")
-    assert violation.name == "device-plugin-toolkit"
-    assert "container-toolkit:latest" in violation.message and "pin a version tag" in violation.message
+def test_latest_image_message_names_container_and_image(fresh: Callable[[str], Document]) -> None:
+    doc = fresh("dev")
+    approver_image("registry.redhat.io/openshift4/ose-cli-rhel9:latest")(doc)
+    [violation] = of(check_plan(doc), "no-latest-images")
+    assert violation.name == APPROVER and "container approve of Job nvidia-gpu-operator/" in violation.message
+    assert "ose-cli-rhel9:latest" in violation.message and "pin a version tag" in violation.message
 
 
-def test_registry_from_config_is_refused_unless_allowed(misconfigured: Plan) -> None:
-    refused = of(check_plan(misconfigured.document), "allowed-image-registries")
-    assert "device-plugin-device-plugin" in {v.name for v in refused}
-    assert all("ghcr.io" in v.message for v in refused)
+def test_operand_latest_message_names_the_section_and_the_fix(fresh: Callable[[str], Document]) -> None:
+    doc = fresh("dev")
+    operand(doc, "toolkit").update(version="latest")
+    operand(doc, "migManager").pop("version")
+    messages = sorted(v.message for v in of(check_plan(doc), "no-latest-images"))
+    assert len(messages) == 2
+    untagged, latest = sorted(messages, key=lambda m: "spec.toolkit" in m)
+    assert latest.startswith("ClusterPolicy cluster-policy section spec.toolkit runs "
+                             "nvcr.io/nvidia/k8s/container-toolkit:latest with the :latest tag")
+    assert "set spec.toolkit.version to a release tag or a sha256: digest" in latest
+    assert untagged.startswith("ClusterPolicy cluster-policy section spec.migManager runs "
+                               "nvcr.io/nvidia/cloud-native/k8s-mig-manager with no version")
+    assert "set spec.migManager.version" in untagged
+
+
+@pytest.mark.parametrize(("stack", "name", "pulled"), [
+    ("prod", DRIVER_1019, "nvcr.io/nvidia/driver:latest-6.8.0-1019-aws-ubuntu22.04"),  # precompiled
+    ("dev", DEV_DRIVER, "nvcr.io/nvidia/driver:latest-rhcos4.18"),  # built on the node
+])
+def test_driver_latest_message_names_the_tag_the_operator_pulls(fresh: Callable[[str], Document], stack: str,
+                                                                  name: str, pulled: str) -> None:
+    doc = fresh(stack)
+    driver(doc, name).update(version="latest")
+    [violation] = of(check_plan(doc), "no-latest-images")
+    assert violation.name == name and violation.level == "mandatory"
+    assert violation.message.startswith(f"NVIDIADriver {inputs(doc, name)['metadata']['name']} sets spec.version "
+                                        f"latest, so the operator pulls {pulled}")
+    assert 'set spec.version to the driver branch (precompiled, e.g. "580")' in violation.message
+
+
+def test_driver_without_version_is_told_to_set_one(fresh: Callable[[str], Document]) -> None:
+    doc = fresh("prod")
+    for field in ("repository", "image", "version"):  # the operator's default driver image still needs a version
+        driver(doc, DRIVER_1019).pop(field)
+    [violation] = of(check_plan(doc), "no-latest-images")
+    assert violation.name == DRIVER_1019 and "sets no spec.version" in violation.message
+    assert "set spec.version" in violation.message
+    assert of(check_plan(doc), "allowed-image-registries") == []  # no repository: the operator's own default
+
+
+def test_operand_registry_message_names_the_field_and_the_fix(fresh: Callable[[str], Document]) -> None:
+    doc = fresh("prod")
+    driver(doc, DRIVER_1019).update(repository="ghcr.io/example")
+    [violation] = of(check_plan(doc), "allowed-image-registries")
+    assert violation.message.startswith("NVIDIADriver nvidia-driver-ubuntu22-04-6-8-0-1019-aws section spec pulls "
+                                        "ghcr.io/example/driver:580 from ghcr.io, which is not allowed")
+    assert "point spec.repository at an allowed registry" in violation.message
+    assert "allowedRegistries" in violation.message
+
+
+def test_operand_registries_follow_path_prefixes(fresh: Callable[[str], Document]) -> None:
+    doc = fresh("prod")
+    operand(doc, "toolkit").update(repository="registry.example.com/mirror/k8s")
+    operand(doc, "gfd").update(repository="registry.example.com/other")
+    manager(doc, DRIVER_1019).update(repository="registry.example.com/mirror/cloud-native")
+    config = {"allowed-image-registries": {"allowedRegistries": [*DEFAULT_REGISTRIES, "registry.example.com/mirror/"]}}
+    [refused] = of(check_plan(doc, config), "allowed-image-registries")
+    assert refused.name == CLUSTER_POLICY and "section spec.gfd pulls registry.example.com/other/k8s-device-plugin" \
+        in refused.message and "point spec.gfd.repository" in refused.message
+    refused = of(check_plan(doc), "allowed-image-registries")  # the default list allows no path of the mirror
+    assert sorted(v.name for v in refused) == [CLUSTER_POLICY, CLUSTER_POLICY, DRIVER_1019]
+
+
+def test_registry_is_refused_unless_allowed(fresh: Callable[[str], Document]) -> None:
+    doc = fresh("dev")
+    approver_image("ghcr.io/example/oc:v4.18")(doc)
+    [refused] = of(check_plan(doc), "allowed-image-registries")
+    assert refused.name == APPROVER and "ghcr.io" in refused.message and "allowedRegistries" in refused.message
     config = {"allowed-image-registries": {"allowedRegistries": [*DEFAULT_REGISTRIES, "ghcr.io"]}}
-    assert of(check_plan(misconfigured.document, config), "allowed-image-registries") == []
+    assert of(check_plan(doc, config), "allowed-image-registries") == []
+
+
+def test_openshift_cli_registry_is_allowed_only_by_default(dev_plan: Plan) -> None:
+    """dev's install-plan approvers run the OpenShift CLI image; a pack config without Red Hat's registry refuses
+    them."""
+    assert labels.OPENSHIFT_CLI_IMAGE.startswith("registry.redhat.io/")
+    config = {"allowed-image-registries": {"allowedRegistries": ["nvcr.io", "registry.k8s.io"]}}
+    refused = of(check_plan(dev_plan.document, config), "allowed-image-registries")
+    assert sorted(v.name for v in refused) == [APPROVER, "nfd-operator-approve-install-plan"]
+    assert all("registry.redhat.io" in v.message for v in refused)
+
+
+def test_driver_messages_name_the_resource_and_the_fix(fresh: Callable[[str], Document]) -> None:
+    doc = fresh("prod")
+    driver(doc, DRIVER_1019).update(version="580.95.05", image="driver:580-6.8.0-1021-aws-ubuntu22.04")
+    driver(doc, "driver-ubuntu22-04-6-8-0-1021-aws")["nodeSelector"].pop(labels.KERNEL_LABEL)
+    messages = {(v.name, v.message) for v in of(check_plan(doc), "driver-pinned-to-kernel")}
+    by_name: dict[str, list[str]] = {}
+    for name, message in messages:
+        by_name.setdefault(name, []).append(message)
+    assert len(by_name[DRIVER_1019]) == 2 and len(by_name["driver-ubuntu22-04-6-8-0-1021-aws"]) == 1
+    version, image = sorted(by_name[DRIVER_1019], key=lambda m: "spec.image" in m)
+    assert version.startswith("NVIDIADriver nvidia-driver-ubuntu22-04-6-8-0-1019-aws ")
+    assert "'580.95.05'" in version and 'driver branch (digits only, e.g. "580")' in version
+    assert "kernel 6.8.0-1019-aws" in image and "<branch>-6.8.0-1019-aws-<os>" in image
+    [unpinned] = by_name["driver-ubuntu22-04-6-8-0-1021-aws"]
+    assert f"spec.nodeSelector {labels.KERNEL_LABEL}: <kernel>" in unpinned
+
+
+def test_operand_toleration_message_names_the_field_and_the_fix(fresh: Callable[[str], Document]) -> None:
+    doc = fresh("dev")
+    operand_tolerations(doc).clear()
+    [violation] = of(check_plan(doc), "operands-tolerate-gpu-taint")
+    assert violation.level == "mandatory" and violation.message.startswith("ClusterPolicy cluster-policy ")
+    for fact in ("nvidia.com/gpu:NoSchedule", "spec.daemonsets.tolerations",
+                 "{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}"):
+        assert fact in violation.message
+
+
+def test_host_access_message_names_the_system_namespaces(fresh: Callable[[str], Document]) -> None:
+    doc = fresh("prod")
+    host_agent(doc, "analytics")
+    [violation] = of(check_plan(doc), "host-access-only-in-gpu-system")
+    assert violation.message.startswith("DaemonSet analytics/host-agent uses hostPID, privileged container agent, "
+                                        "hostPath volume host; ")
+    assert "gpu-operator, nvidia-gpu-operator, node-feature-discovery or openshift-nfd" in violation.message
 
 
 def test_knobs_default_as_documented() -> None:
     schemas = {policy.name: policy.config_schema.properties for policy in POLICIES if policy.config_schema}
     assert schemas["gpu-quota-within-capacity"]["maxOvercommit"]["default"] == DEFAULT_OVERCOMMIT == 1.0
-    assert schemas["allowed-image-registries"]["allowedRegistries"]["default"] == ["nvcr.io", "registry.k8s.io"]
+    assert schemas["allowed-image-registries"]["allowedRegistries"]["default"] == \
+        ["nvcr.io", "registry.k8s.io", "registry.redhat.io"]
 
 
 def test_importing_the_rules_starts_no_server() -> None:
