@@ -62,7 +62,7 @@ class ClusterPolicyStack(pulumi.ComponentResource):
         self.register_outputs({"name": CLUSTER_POLICY})
 
     @staticmethod
-    def _spec(args: GpuOperatorArgs) -> dict:
+    def _spec(args: ClusterPolicyStackArgs) -> dict:
         images = {section: operand_image(image) for section, image in args.images.items()}
         device_plugin: dict = {"enabled": True, **images["devicePlugin"], "env": _env(DEVICE_PLUGIN_ENV)}
         if args.device_plugin_config:
@@ -80,7 +80,9 @@ class ClusterPolicyStack(pulumi.ComponentResource):
             "gfd": {"enabled": True, **images["gfd"]},
             "dcgm": {"enabled": False},  # the exporter embeds its own DCGM host engine
             "dcgmExporter": {"enabled": True, **images["dcgmExporter"],
-                             "serviceMonitor": {"enabled": args.service_monitor, "interval": "15s"}},
+                             # honorLabels keeps the exporter's namespace/pod labels (the GPU's user), not the exporter's own.
+                             "serviceMonitor": {"enabled": args.service_monitor, "interval": "15s",
+                                                "honorLabels": True}},
             "migManager": {"enabled": True, **images["migManager"]},
             "mig": {"strategy": "single"},
             "nodeStatusExporter": {"enabled": False},

@@ -37,8 +37,7 @@ def alerts(namespace: str) -> list[tuple[str, str, str, str, str, str]]:
          "Nodes on this kernel have no working driver and no GPUs. Check the NVIDIADriver's status, the driver pod "
          "logs and that its image exists."),
         ("GpuNodeWithoutAllocatableGpus",
-         'kube_node_status_allocatable{resource="nvidia_com_gpu"} == 0 '
-         'and on(node) kube_node_labels{label_feature_node_kubernetes_io_pci_10de_present="true"}',
+         'kube_node_status_allocatable{resource="nvidia_com_gpu"} == 0',
          "15m", "warning", "GPU node {{ $labels.node }} advertises no GPUs",
          "The device plugin is not advertising nvidia.com/gpu. Check the driver, toolkit and device plugin pods."),
     ]

@@ -357,6 +357,8 @@ class StackConfig(StrictModel):
                     f"nodePools: pool {pool.name!r} makes the MachineSet name {name!r} {len(name)} characters long, "
                     "over the 63 of a label value; shorten the pool name"
                 )
+        if self.images.nfd and "@" in self.images.nfd:
+            raise ValueError("images.nfd: the NFD chart takes a tag, not a digest; use registry/repository:tag")
         if self.images.nfd and openshift:
             raise ValueError("images: nfd applies to Kubernetes; on OpenShift the NFD operator runs the NFD image "
                              "of the cluster release")

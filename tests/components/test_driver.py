@@ -1,4 +1,4 @@
-"""DriverStack: one precompiled driver DaemonSet per (os, kernel), with the pod a driver container needs."""
+"""DriverStack: one NVIDIADriver per (os, kernel), pinned to that kernel's nodes; precompiled or Driver Toolkit."""
 
 from __future__ import annotations
 
@@ -6,117 +6,165 @@ from typing import Any
 
 import pytest
 
+from components import labels
 from tests.conftest import Plan, render_stack, stack_config
 
-NAMESPACE = "gpu-system"
 KERNEL = "feature.node.kubernetes.io/kernel-version.full"
 OS_ID = "feature.node.kubernetes.io/system-os_release.ID"
 OS_VERSION = "feature.node.kubernetes.io/system-os_release.VERSION_ID"
 GPU_NODE = "feature.node.kubernetes.io/pci-10de.present"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+DEV_KERNEL = "5.14.0-427.87.1.el9_4.x86_64"
 
 
-def driver_daemonsets(plan: Plan) -> list[dict[str, Any]]:
-    return [r["inputs"] for r in plan.of_type("kubernetes:apps/v1:DaemonSet")
-            if r["inputs"]["metadata"]["name"].startswith("nvidia-driver-")]
+def drivers(plan: Plan) -> list[dict[str, Any]]:
+    return plan.kind("NVIDIADriver")
 
 
-def validation_jobs(plan: Plan) -> list[dict[str, Any]]:
-    return [r["inputs"] for r in plan.of_type("kubernetes:batch/v1:Job")
-            if r["inputs"]["metadata"]["name"].startswith("driver-validation-")]
+def by_kernel(plan: Plan) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["annotations"]["gpu-platform.io/kernel"]: d for d in drivers(plan)}
+
+
+def env(spec: dict[str, Any]) -> dict[str, str]:
+    return {item["name"]: item["value"] for item in spec["manager"]["env"]}
 
 
 @pytest.fixture(scope="module", params=["dev", "prod"])
-def daemonsets(request, dev_plan: Plan, prod_plan: Plan) -> list[dict[str, Any]]:
-    plan = dev_plan if request.param == "dev" else prod_plan
-    found = driver_daemonsets(plan)
-    assert found
-    return found
+def plan(request, dev_plan: Plan, prod_plan: Plan) -> Plan:
+    return dev_plan if request.param == "dev" else prod_plan
 
 
-def pod_of(daemonset: dict[str, Any]) -> dict[str, Any]:
-    return daemonset["spec"]["template"]["spec"]
-
-
-def container_of(daemonset: dict[str, Any]) -> dict[str, Any]:
-    [container] = pod_of(daemonset)["containers"]
-    return container
-
-
-def test_driver_daemonsets_live_in_gpu_system(daemonsets) -> None:
-    assert all(ds["metadata"]["namespace"] == NAMESPACE for ds in daemonsets)
-
-
-def test_driver_container_is_privileged_with_host_pid(daemonsets) -> None:
-    for daemonset in daemonsets:
-        assert container_of(daemonset)["securityContext"]["privileged"] is True
-        assert pod_of(daemonset)["hostPID"] is True
-
-
-@pytest.mark.parametrize(("host_path", "mount_path", "propagation"), [
-    ("/run/nvidia", "/run/nvidia", "Bidirectional"),   # the driver root other agents mount
-    ("/var/log", "/var/log", None),
-    ("/dev/log", "/dev/log", None),
-    ("/lib/firmware", "/lib/firmware", None),           # GSP firmware
-    ("/etc/os-release", "/host-etc/os-release", None),
-])
-def test_driver_mounts_the_host_paths_it_uses(daemonsets, host_path: str, mount_path: str,
-                                              propagation: str | None) -> None:
-    for daemonset in daemonsets:
-        volume = next(v for v in pod_of(daemonset)["volumes"] if v.get("hostPath", {}).get("path") == host_path)
-        mount = next(m for m in container_of(daemonset)["volumeMounts"] if m["name"] == volume["name"])
-        assert mount["mountPath"] == mount_path
-        if propagation:
-            assert mount["mountPropagation"] == propagation
-
-
-def test_driver_is_node_critical_and_tolerates_the_gpu_taint(daemonsets) -> None:
-    for daemonset in daemonsets:
-        spec = pod_of(daemonset)
-        assert spec["priorityClassName"] == "system-node-critical"
-        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
-
-
-def test_driver_startup_probe_runs_nvidia_smi_with_room_to_compile(daemonsets) -> None:
-    for daemonset in daemonsets:
-        probe = container_of(daemonset)["startupProbe"]
-        assert "nvidia-smi" in " ".join(probe["exec"]["command"])
-        # Loading a driver takes minutes on a cold node: the probe must allow for it.
-        budget = probe.get("initialDelaySeconds", 0) + probe["periodSeconds"] * probe["failureThreshold"]
-        assert budget >= 600
-
-
-def test_driver_updates_only_when_a_node_is_recycled(daemonsets) -> None:
-    """OnDelete: `pulumi up` never unloads a driver under running GPU jobs, and never waits on a rollout."""
-    for daemonset in daemonsets:
-        assert daemonset["spec"]["updateStrategy"] == {"type": "OnDelete"}
+def test_one_driver_per_declared_kernel(dev_plan: Plan, prod_plan: Plan) -> None:
+    assert sorted(by_kernel(dev_plan)) == [DEV_KERNEL]  # both dev pools run the release's kernel
+    assert sorted(by_kernel(prod_plan)) == ["6.8.0-1019-aws", "6.8.0-1021-aws"]
+    for plan in (dev_plan, prod_plan):
+        assert sorted(f"{d['metadata']['annotations']['gpu-platform.io/os']}/{kernel}"
+                      for kernel, d in by_kernel(plan).items()) == sorted(plan.outputs["kernels"])
 
 
 def test_driver_is_pinned_to_its_kernel_and_os(dev_plan: Plan, prod_plan: Plan) -> None:
-    for plan, os_id, version in ((dev_plan, "rhcos", "4.16"), (prod_plan, "ubuntu", "22.04")):
-        for daemonset in driver_daemonsets(plan):
-            selector = pod_of(daemonset)["nodeSelector"]
-            kernel = daemonset["metadata"]["annotations"]["gpu-platform.io/kernel"]
-            assert selector == {GPU_NODE: "true", KERNEL: kernel, OS_ID: os_id, OS_VERSION: version}
-            assert f"-{kernel}-" in container_of(daemonset)["image"]
+    for plan, os_id, version in ((dev_plan, "rhcos", "4.18"), (prod_plan, "ubuntu", "22.04")):
+        for kernel, driver in by_kernel(plan).items():
+            assert driver["spec"]["nodeSelector"] == {GPU_NODE: "true", KERNEL: kernel, OS_ID: os_id,
+                                                      OS_VERSION: version}
 
 
-def test_driver_selector_matches_its_pods(daemonsets) -> None:
-    for daemonset in daemonsets:
-        selector = daemonset["spec"]["selector"]["matchLabels"]
-        assert selector.items() <= daemonset["spec"]["template"]["metadata"]["labels"].items()
-
-
-def test_driver_selectors_are_distinct(daemonsets) -> None:
-    """Two driver DaemonSets selecting the same pods would fight over them."""
-    selectors = [tuple(sorted(ds["spec"]["selector"]["matchLabels"].items())) for ds in daemonsets]
+def test_driver_selectors_are_distinct(plan: Plan) -> None:
+    """Two NVIDIADrivers selecting the same node would make the operator refuse both."""
+    selectors = [tuple(sorted(d["spec"]["nodeSelector"].items())) for d in drivers(plan)]
     assert len(set(selectors)) == len(selectors)
 
 
-def test_driver_carries_its_version(dev_plan: Plan) -> None:
-    for daemonset in driver_daemonsets(dev_plan):
-        env = {e["name"]: e.get("value") for e in container_of(daemonset)["env"]}
-        assert env["DRIVER_VERSION"] == "580.95.05"
-        assert container_of(daemonset)["image"].startswith("nvcr.io/nvidia/driver:580-")
+def test_no_driver_is_the_default(plan: Plan) -> None:
+    for driver in drivers(plan):
+        assert driver["apiVersion"] == "nvidia.com/v1alpha1"
+        assert driver["spec"]["default"] is False and driver["spec"]["driverType"] == "gpu"
+
+
+def test_driver_is_node_critical_and_tolerates_the_gpu_taint(plan: Plan) -> None:
+    for driver in drivers(plan):
+        assert driver["spec"]["priorityClassName"] == "system-node-critical"
+        assert GPU_TOLERATION in driver["spec"]["tolerations"]
+
+
+def test_kubernetes_runs_precompiled_drivers_of_the_branch(prod_plan: Plan) -> None:
+    for driver in drivers(prod_plan):
+        spec = driver["spec"]
+        assert spec["usePrecompiled"] is True
+        assert (spec["repository"], spec["image"], spec["version"]) == ("nvcr.io/nvidia", "driver", "580")
+
+
+def test_openshift_builds_the_full_version_with_the_driver_toolkit(dev_plan: Plan) -> None:
+    [driver] = drivers(dev_plan)
+    assert driver["spec"]["usePrecompiled"] is False
+    assert driver["spec"]["version"] == "580.95.05"
+    policy = dev_plan.manifest("ClusterPolicy", "cluster-policy")
+    assert policy["spec"]["operator"]["use_ocp_driver_toolkit"] is True
+
+
+def test_precompiled_can_be_turned_off_on_kubernetes(render) -> None:
+    config = stack_config("prod")
+    config["gpu-platform:driver"]["precompiled"] = False
+    plan = render("prod", config)
+    for driver in drivers(plan):
+        assert driver["spec"]["usePrecompiled"] is False
+        assert driver["spec"]["version"] == "580.95.05"
+    assert set(plan.outputs["driverImages"].values()) == {"nvcr.io/nvidia/driver:580.95.05-ubuntu22.04"}
+
+
+def test_driver_images_output_names_what_the_operator_pulls(dev_plan: Plan, prod_plan: Plan) -> None:
+    assert prod_plan.outputs["driverImages"] == {
+        "ubuntu22.04/6.8.0-1019-aws": "nvcr.io/nvidia/driver:580-6.8.0-1019-aws-ubuntu22.04",
+        "ubuntu22.04/6.8.0-1021-aws": "nvcr.io/nvidia/driver:580-6.8.0-1021-aws-ubuntu22.04",
+    }
+    assert dev_plan.outputs["driverImages"] == {
+        f"rhcos4.18/{DEV_KERNEL}": "nvcr.io/nvidia/driver:580.95.05-rhcos4.18"}
+
+
+def test_driver_images_follow_the_release(dev_plan: Plan, prod_plan: Plan) -> None:
+    """The output is DriverRelease.image, and the NVIDIADriver's fields compose into the same reference."""
+    from fleet.kernels import DriverRelease, KernelTarget
+
+    for plan, precompiled in ((dev_plan, False), (prod_plan, True)):
+        release = DriverRelease("nvcr.io/nvidia", "580", "580.95.05", precompiled)
+        for key, image in plan.outputs["driverImages"].items():
+            os_, kernel = key.split("/", 1)
+            assert image == release.image(KernelTarget(os_, kernel))
+            spec = by_kernel(plan)[kernel]["spec"]
+            assert image.startswith(f"{spec['repository']}/{spec['image']}:{spec['version']}-")
+
+
+def test_a_changed_repository_moves_every_driver(render) -> None:
+    config = stack_config("prod")
+    config["gpu-platform:driver"]["repository"] = "registry.example.com/mirror/nvidia"
+    plan = render("prod", config)
+    assert {d["spec"]["repository"] for d in drivers(plan)} == {"registry.example.com/mirror/nvidia"}
+    assert all(image.startswith("registry.example.com/mirror/nvidia/driver:580-")
+               for image in plan.outputs["driverImages"].values())
+
+
+def test_nodes_give_up_only_gpu_pods_by_default(plan: Plan) -> None:
+    for driver in drivers(plan):
+        spec = driver["spec"]
+        assert env(spec)["ENABLE_GPU_POD_EVICTION"] == "true"
+        assert env(spec)["ENABLE_AUTO_DRAIN"] == "false"
+        assert env(spec)["DRAIN_USE_FORCE"] == "false"
+        policy = spec["upgradePolicy"]
+        assert policy["autoUpgrade"] is True
+        assert policy["drain"]["enable"] is False
+        assert (policy["maxParallelUpgrades"], policy["maxUnavailable"]) == (1, "25%")
+        assert policy["podDeletion"]["force"] is False and policy["drain"]["force"] is False
+
+
+def test_manager_runs_the_pinned_driver_manager(plan: Plan) -> None:
+    for driver in drivers(plan):
+        manager = driver["spec"]["manager"]
+        assert f"{manager['repository']}/{manager['image']}:{manager['version']}" == \
+            labels.OPERAND_IMAGES["driverManager"]
+
+
+@pytest.fixture(scope="module")
+def prod_draining() -> Plan:
+    config = stack_config("prod")
+    config["gpu-platform:driver"].update(drain=True, maxParallelUpgrades=3, maxUnavailable="2")
+    config["gpu-platform:images"] = {"driverManager": "registry.example.com/nvidia/k8s-driver-manager:v0.12.1"}
+    return render_stack("prod", config)
+
+
+def test_upgrades_follow_the_driver_config(prod_draining: Plan) -> None:
+    for driver in drivers(prod_draining):
+        spec = driver["spec"]
+        assert env(spec)["ENABLE_AUTO_DRAIN"] == "true"
+        policy = spec["upgradePolicy"]
+        assert policy["drain"]["enable"] is True
+        assert (policy["maxParallelUpgrades"], policy["maxUnavailable"]) == (3, "2")
+
+
+def test_driver_manager_image_can_be_overridden(prod_draining: Plan) -> None:
+    for driver in drivers(prod_draining):
+        manager = driver["spec"]["manager"]
+        assert (manager["repository"], manager["image"], manager["version"]) == (
+            "registry.example.com/nvidia", "k8s-driver-manager", "v0.12.1")
 
 
 @pytest.fixture(scope="module")
@@ -128,52 +176,42 @@ def prod_with_pull_secret() -> Plan:
 
 
 def test_driver_pulls_with_the_registry_secret_when_one_is_set(prod_with_pull_secret: Plan, prod_plan: Plan) -> None:
-    secret = prod_with_pull_secret.manifest("Secret", "nvidia-registry", NAMESPACE)
+    secret = prod_with_pull_secret.manifest("Secret", "nvidia-registry", "gpu-operator")
     assert secret["type"] == "kubernetes.io/dockerconfigjson"
-    assert all(pod_of(ds)["imagePullSecrets"] == [{"name": "nvidia-registry"}]
-               for ds in driver_daemonsets(prod_with_pull_secret))
-    assert all("imagePullSecrets" not in pod_of(ds) for ds in driver_daemonsets(prod_plan))
+    assert drivers(prod_with_pull_secret)
+    assert all(d["spec"]["imagePullSecrets"] == ["nvidia-registry"] for d in drivers(prod_with_pull_secret))
+    assert all("imagePullSecrets" not in d["spec"] for d in drivers(prod_plan))
     assert not prod_plan.of_type("kubernetes:core/v1:Secret")
 
 
+def test_pull_secret_exists_before_the_drivers_use_it(prod_with_pull_secret: Plan) -> None:
+    secret = prod_with_pull_secret.object("Secret", "nvidia-registry", "gpu-operator")
+    assert prod_with_pull_secret.depends_on(secret, "gpu-operator-release")  # its namespace is the operator's
+
+
 def test_registry_secret_value_never_reaches_the_plan(prod_with_pull_secret: Plan) -> None:
-    secret = prod_with_pull_secret.manifest("Secret", "nvidia-registry", NAMESPACE)
+    secret = prod_with_pull_secret.manifest("Secret", "nvidia-registry", "gpu-operator")
     assert set(secret["stringData"].values()) == {"[secret]"}
 
 
-# -- validation Jobs ----------------------------------------------------------------------------------------------
+def test_drivers_wait_for_the_cluster_policy(plan: Plan) -> None:
+    for resource in plan.of_type("kubernetes:nvidia.com/v1alpha1:NVIDIADriver"):
+        assert plan.depends_on(resource, "cluster-policy-cluster-policy")
 
 
-def test_one_validation_job_per_driver(dev_plan: Plan, prod_plan: Plan) -> None:
-    for plan in (dev_plan, prod_plan):
-        kernels = {ds["metadata"]["annotations"]["gpu-platform.io/kernel"] for ds in driver_daemonsets(plan)}
-        jobs = validation_jobs(plan)
-        assert sorted(job["spec"]["template"]["spec"]["nodeSelector"][KERNEL] for job in jobs) == sorted(kernels)
+def test_kept_kernel_keeps_its_driver(render) -> None:
+    """A kernel no pool declares any more, but live nodes still run, keeps its NVIDIADriver."""
+    from fleet.kernels import KernelTarget, ObservedNode
+
+    old = KernelTarget("ubuntu22.04", "6.8.0-1017-aws")
+    plan = render("prod", observed=[ObservedNode("ip-10-0-0-1", old),
+                                    ObservedNode("ip-10-0-0-2", KernelTarget("ubuntu22.04", "6.8.0-1021-aws"))])
+    assert sorted(by_kernel(plan)) == ["6.8.0-1017-aws", "6.8.0-1019-aws", "6.8.0-1021-aws"]
+    assert by_kernel(plan)["6.8.0-1017-aws"]["spec"]["nodeSelector"][KERNEL] == "6.8.0-1017-aws"
 
 
-def test_validation_runs_on_its_kernels_nodes(dev_plan: Plan) -> None:
-    by_kernel = {ds["metadata"]["annotations"]["gpu-platform.io/kernel"]: ds for ds in driver_daemonsets(dev_plan)}
-    for job in validation_jobs(dev_plan):
-        spec = job["spec"]["template"]["spec"]
-        kernel = spec["nodeSelector"][KERNEL]
-        assert spec["nodeSelector"] == pod_of(by_kernel[kernel])["nodeSelector"]
-        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
-        assert spec["restartPolicy"] in ("OnFailure", "Never")
-        [container] = spec["containers"]
-        assert container["image"] == "nvcr.io/nvidia/cloud-native/gpu-operator-validator:v25.10.0"
-        assert {"name": "COMPONENT", "value": "driver"} in container["env"]
-
-
-def test_validation_is_replaced_not_patched(dev_plan: Plan) -> None:
-    """A Job's pod template is immutable: a change must replace the Job, deleting the old one first."""
-    for job in dev_plan.of_type("kubernetes:batch/v1:Job"):
-        if job["inputs"]["metadata"]["name"].startswith("driver-validation-"):
-            assert job["options"]["deleteBeforeReplace"] is True
-            assert "spec" in job["options"]["replaceOnChanges"]
-
-
-def test_driver_names_are_short_dns_labels(dev_plan: Plan, prod_plan: Plan) -> None:
-    for plan in (dev_plan, prod_plan):
-        for manifest in driver_daemonsets(plan) + validation_jobs(plan):
-            name = manifest["metadata"]["name"]
-            assert len(name) <= 63 and name == name.lower() and name.replace("-", "").isalnum(), name
+def test_driver_names_are_short_dns_labels(plan: Plan) -> None:
+    for driver in drivers(plan):
+        name = driver["metadata"]["name"]
+        assert name.startswith("nvidia-driver-")
+        assert len(name) <= 63 and name == name.lower() and name.replace("-", "").isalnum(), name

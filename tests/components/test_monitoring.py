@@ -1,98 +1,108 @@
-"""MonitoringStack: DCGM exporter, its Service and ServiceMonitor, GPU alerts, and the Grafana dashboard."""
+"""MonitoringStack: GPU alerts, the Grafana dashboard, and who may scrape the operator's DCGM exporter."""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
 
-from tests.conftest import Plan
+from tests.conftest import Plan, stack_config
 
-NAMESPACE = "gpu-system"
 APP = "nvidia-dcgm-exporter"
+NAMESPACES = {"dev": "nvidia-gpu-operator", "prod": "gpu-operator"}
+# dcgm-exporter's default counters (etc/default-counters.csv and dcp-metrics-included.csv of the pinned release):
+# the metrics an alert or panel may use without a custom metrics config.
+DEFAULT_COUNTERS = {
+    "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL",
+    "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_VGPU_LICENSE_STATUS", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
+    "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES", "DCGM_FI_DRIVER_VERSION",
+}
 
 
 @pytest.fixture(scope="module", params=["dev", "prod"])
-def plan(request, dev_plan: Plan, prod_plan: Plan) -> Plan:
-    return dev_plan if request.param == "dev" else prod_plan
+def stack(request) -> str:
+    return request.param
 
 
-def alerts(plan: Plan) -> dict[str, dict[str, Any]]:
-    rule = plan.manifest("PrometheusRule", "gpu-alerts", NAMESPACE)
+@pytest.fixture(scope="module")
+def plan(stack: str, dev_plan: Plan, prod_plan: Plan) -> Plan:
+    return dev_plan if stack == "dev" else prod_plan
+
+
+def alerts(plan: Plan, namespace: str) -> dict[str, dict[str, Any]]:
+    rule = plan.manifest("PrometheusRule", "gpu-alerts", namespace)
     return {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"] if "alert" in r}
 
 
-def test_dcgm_exporter_runs_on_gpu_nodes(plan: Plan) -> None:
-    daemonset = plan.manifest("DaemonSet", APP, NAMESPACE)
-    spec = daemonset["spec"]["template"]["spec"]
-    [container] = spec["containers"]
-
-    assert container["image"] == "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04"
-    assert spec["nodeSelector"] == {"feature.node.kubernetes.io/pci-10de.present": "true"}
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
-    assert spec["runtimeClassName"] == "nvidia"
-    assert {"name": "metrics", "containerPort": 9400} in container["ports"]
-    # Pod-to-GPU attribution comes from the kubelet's pod-resources socket.
-    assert any(m["mountPath"] == "/var/lib/kubelet/pod-resources" for m in container["volumeMounts"])
-
-
-def test_service_exposes_port_9400_of_the_exporter_pods(plan: Plan) -> None:
-    service = plan.manifest("Service", APP, NAMESPACE)
-    daemonset = plan.manifest("DaemonSet", APP, NAMESPACE)
-
-    [port] = service["spec"]["ports"]
-    assert (port["name"], port["port"], port["targetPort"]) == ("metrics", 9400, 9400)
-    pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
-    assert service["spec"]["selector"].items() <= pod_labels.items()
-
-
-def test_service_monitor_scrapes_the_service(plan: Plan) -> None:
-    monitor = plan.manifest("ServiceMonitor", APP, NAMESPACE)
-    service = plan.manifest("Service", APP, NAMESPACE)
-
-    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
-    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    assert NAMESPACE in monitor["spec"]["namespaceSelector"]["matchNames"]
-    [endpoint] = monitor["spec"]["endpoints"]
-    assert endpoint["port"] == service["spec"]["ports"][0]["name"]
+def dcgm_metrics(expression: str) -> set[str]:
+    return set(re.findall(r"\bDCGM_FI_[A-Z0-9_]+", expression))
 
 
 @pytest.mark.parametrize(("metric", "severity"), [
     ("DCGM_FI_DEV_XID_ERRORS", "critical"),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "critical"),
     ("DCGM_FI_DEV_GPU_TEMP", "warning"),
 ])
-def test_alerts_on_gpu_faults(plan: Plan, metric: str, severity: str) -> None:
-    matching = [a for a in alerts(plan).values() if metric in a["expr"]]
+def test_alerts_on_gpu_faults(plan: Plan, stack: str, metric: str, severity: str) -> None:
+    matching = [a for a in alerts(plan, NAMESPACES[stack]).values() if metric in a["expr"]]
 
     assert matching, f"no alert on {metric}"
     assert matching[0]["labels"]["severity"] == severity
     assert matching[0]["annotations"]["summary"] and matching[0]["annotations"]["description"]
 
 
-def test_alerts_when_the_exporter_is_down(plan: Plan) -> None:
-    """`up` of the ServiceMonitor's job, which Prometheus names after the Service; absent() covers no targets."""
-    down = [a for a in alerts(plan).values() if f'up{{job="{APP}"}}' in a["expr"]]
+def test_alerts_use_only_default_exporter_metrics(plan: Plan, stack: str) -> None:
+    """A metric the exporter does not collect by default makes an alert that never fires."""
+    for name, alert in alerts(plan, NAMESPACES[stack]).items():
+        assert dcgm_metrics(alert["expr"]) <= DEFAULT_COUNTERS, name
 
-    assert down and "absent(" in down[0]["expr"]
+
+def test_xid_alert_fires_on_a_new_error_not_forever(plan: Plan, stack: str) -> None:
+    """The XID gauge keeps the last error: alerting on `!= 0` alone would fire until the node reboots."""
+    [xid] = [a for a in alerts(plan, NAMESPACES[stack]).values() if "DCGM_FI_DEV_XID_ERRORS" in a["expr"]]
+    assert re.search(r"changes\(DCGM_FI_DEV_XID_ERRORS\[\d+m\]\)", xid["expr"])
 
 
-def test_alerts_when_a_driver_is_down(plan: Plan) -> None:
-    driver = [a for a in alerts(plan).values() if "nvidia-driver-" in a["expr"]]
+def test_alerts_when_the_exporter_is_down(plan: Plan, stack: str) -> None:
+    """`up` of the ServiceMonitor's job, which Prometheus names after the operator's exporter Service."""
+    down = [a for a in alerts(plan, NAMESPACES[stack]).values() if f'up{{job="{APP}"}}' in a["expr"]]
+    assert down and down[0]["expr"].endswith("== 0")
+
+
+def test_alerts_when_a_driver_is_down(plan: Plan, stack: str) -> None:
+    driver = [a for a in alerts(plan, NAMESPACES[stack]).values() if "nvidia-gpu-driver-" in a["expr"]]
 
     assert driver
     assert driver[0]["labels"]["severity"] == "critical"
-    assert 'namespace="gpu-system"' in driver[0]["expr"]
+    assert f'namespace="{NAMESPACES[stack]}"' in driver[0]["expr"]
 
 
-def test_every_alert_waits_a_duration_and_has_a_severity(plan: Plan) -> None:
-    for name, alert in alerts(plan).items():
-        assert alert["for"].endswith(("s", "m", "h")), name
+def test_every_alert_waits_a_duration_and_has_a_severity(plan: Plan, stack: str) -> None:
+    for name, alert in alerts(plan, NAMESPACES[stack]).items():
+        assert re.fullmatch(r"\d+[smh]", alert["for"]), name
         assert alert["labels"]["severity"] in ("critical", "warning", "info"), name
 
 
-def test_grafana_dashboard_is_valid_json(plan: Plan) -> None:
-    config_map = plan.manifest("ConfigMap", "gpu-dashboard", NAMESPACE)
+def test_prometheus_rule_only_with_the_prometheus_operator(render) -> None:
+    config = stack_config("prod")
+    del config["gpu-platform:monitoring"]  # Kubernetes default: no Prometheus Operator
+    plan = render("prod", config)
+    assert not plan.kind("PrometheusRule")
+    assert plan.manifest("ConfigMap", "gpu-dashboard", "gpu-operator")  # the dashboard needs no CRD
+    config = stack_config("dev")
+    config["gpu-platform:monitoring"] = {"prometheusOperator": False}
+    assert not render("dev", config).kind("PrometheusRule")
+
+
+def test_grafana_dashboard_is_valid_json(plan: Plan, stack: str) -> None:
+    config_map = plan.manifest("ConfigMap", "gpu-dashboard", NAMESPACES[stack])
 
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
     [document] = config_map["data"].values()
@@ -101,10 +111,42 @@ def test_grafana_dashboard_is_valid_json(plan: Plan) -> None:
     assert dashboard["panels"]
     expressions = " ".join(t["expr"] for panel in dashboard["panels"] for t in panel["targets"])
     assert "DCGM_FI_DEV_GPU_UTIL" in expressions and "DCGM_FI_DEV_FB_USED" in expressions
+    assert dcgm_metrics(expressions) <= DEFAULT_COUNTERS
     assert len({panel["id"] for panel in dashboard["panels"]}) == len(dashboard["panels"])
 
 
-def test_gpu_system_namespace_is_monitored_on_openshift(dev_plan: Plan) -> None:
-    namespace = dev_plan.manifest("Namespace", NAMESPACE)
+def exporter_fence(plan: Plan, namespace: str) -> dict[str, Any]:
+    return plan.manifest("NetworkPolicy", "dcgm-exporter-scrapers-only", namespace)
 
-    assert namespace["metadata"]["labels"]["openshift.io/cluster-monitoring"] == "true"
+
+@pytest.mark.parametrize(("stack_name", "scrapers"), [
+    ("dev", {"openshift-monitoring", "openshift-user-workload-monitoring"}),
+    ("prod", {"monitoring"}),
+])
+def test_only_monitoring_namespaces_reach_the_exporter(dev_plan: Plan, prod_plan: Plan, stack_name: str,
+                                                       scrapers: set[str]) -> None:
+    """The exporter's metrics name every tenant's pods: tenants must not read each other's through it."""
+    fence = exporter_fence(dev_plan if stack_name == "dev" else prod_plan, NAMESPACES[stack_name])["spec"]
+    assert fence["podSelector"] == {"matchLabels": {"app": APP}}
+    assert fence["policyTypes"] == ["Ingress"]
+    [rule] = fence["ingress"]
+    allowed = set()
+    for peer in rule["from"]:
+        assert set(peer) == {"namespaceSelector"}  # no podSelector/ipBlock widening the fence
+        assert set(peer["namespaceSelector"]) == {"matchLabels"}
+        allowed.add(peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"])
+    assert allowed == scrapers
+    assert rule["ports"] == [{"protocol": "TCP", "port": 9400}]
+
+
+def test_fence_follows_the_configured_monitoring_namespaces(render) -> None:
+    config = stack_config("prod")
+    config["gpu-platform:cluster"]["monitoringNamespaces"] = ["observability"]
+    [rule] = exporter_fence(render("prod", config), "gpu-operator")["spec"]["ingress"]
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}}]
+
+
+def test_monitoring_waits_for_the_operator_namespace(dev_plan: Plan, prod_plan: Plan) -> None:
+    for plan, installed in ((dev_plan, "gpu-operator-olm-approve-install-plan"), (prod_plan, "gpu-operator-release")):
+        for name in ("monitoring-alerts", "monitoring-dashboard", "monitoring-dcgm-exporter-fence"):
+            assert plan.depends_on(plan.named(name), installed), name

@@ -197,3 +197,60 @@ def test_group_replaces_instances_gradually(prod_plan: Plan) -> None:
 
     assert refresh["strategy"] == "Rolling"
     assert refresh["preferences"]["minHealthyPercentage"] >= 50
+
+
+# -- kernels and the drivers pools wait for -------------------------------------------------------------------------
+
+
+def test_machine_set_carries_no_kernel_annotation(dev_plan: Plan) -> None:
+    """OpenShift nodes run the release's kernel, whatever the boot image: the pool does not name one."""
+    for resource in dev_plan.of_type(MACHINE_SET):
+        manifest = resource["inputs"]
+        annotations = manifest["metadata"].get("annotations", {})
+        assert "gpu-platform.io/kernel" not in annotations and "gpu-platform.io/os" not in annotations
+        template = manifest["spec"]["template"]
+        assert "gpu-platform.io/kernel" not in template["spec"]["metadata"].get("annotations", {})
+
+
+@pytest.mark.parametrize(("pool", "kernel"), [("l4-inference", "6.8.0-1021-aws"), ("a10g-batch", "6.8.0-1021-aws"),
+                                              ("h100-training", "6.8.0-1019-aws")])
+def test_group_and_template_name_the_kernel_they_boot(prod_plan: Plan, pool: str, kernel: str) -> None:
+    tags = asg_tags(prod_plan, pool)
+    assert (tags["gpu-platform.io/kernel"], tags["gpu-platform.io/os"]) == (kernel, "ubuntu22.04")
+    template = aws_resource(prod_plan, LAUNCH_TEMPLATE, pool)
+    assert template["tags"]["gpu-platform.io/kernel"] == kernel
+    [instance_tags] = [spec["tags"] for spec in template["tagSpecifications"] if spec["resourceType"] == "instance"]
+    assert instance_tags["gpu-platform.io/kernel"] == kernel
+
+
+@pytest.mark.parametrize(("pool", "driver"), [
+    ("l4-inference", "driver-ubuntu22-04-6-8-0-1021-aws"),
+    ("a10g-batch", "driver-ubuntu22-04-6-8-0-1021-aws"),
+    ("h100-training", "driver-ubuntu22-04-6-8-0-1019-aws"),
+])
+def test_pool_waits_for_the_driver_of_its_kernel(prod_plan: Plan, pool: str, driver: str) -> None:
+    """Nodes never join before the NVIDIADriver for their kernel exists, and only that one."""
+    for resource in (prod_plan.named(f"pool-{pool}-launch-template"), prod_plan.named(f"pool-{pool}-asg")):
+        assert prod_plan.depends_on(resource, driver)
+        other_drivers = {prod_plan.by_urn[urn]["name"] for urn in resource["dependencies"]
+                         if prod_plan.by_urn[urn]["type"].endswith(":NVIDIADriver")}
+        assert other_drivers == {driver}
+
+
+def test_openshift_pools_wait_for_the_release_kernels_driver(dev_plan: Plan) -> None:
+    [driver] = dev_plan.of_type("kubernetes:nvidia.com/v1alpha1:NVIDIADriver")
+    for resource in dev_plan.of_type(MACHINE_SET) + dev_plan.of_type(MACHINE_AUTOSCALER):
+        assert driver["urn"] in resource["dependencies"]
+
+
+def test_a_kernel_upgrade_adds_a_driver_before_the_pool_moves(render) -> None:
+    from tests.conftest import stack_config
+
+    config = stack_config("prod")
+    [h100] = [p for p in config["gpu-platform:nodePools"] if p["name"] == "h100-training"]
+    h100["kernel"] = "6.8.0-1024-aws"
+    plan = render("prod", config)
+    assert plan.depends_on(plan.named("pool-h100-training-asg"), "driver-ubuntu22-04-6-8-0-1024-aws")
+    assert asg_tags(plan, "h100-training")["gpu-platform.io/kernel"] == "6.8.0-1024-aws"
+    # Offline, with no base revision and no observed nodes, the old kernel has no pool and no driver.
+    assert "ubuntu22.04/6.8.0-1019-aws" not in plan.outputs["kernels"]
