@@ -1,6 +1,7 @@
 """Fleet-scale benchmark: `gpuctl render`, `diff` and `check` against the floor of what they must do anyway.
 
-For each size it writes a synthetic OpenShift stack (tenants, pools, kernels), then times, in this process
+For each size it writes a synthetic Kubernetes stack (tenants, and Auto Scaling Group pools spread over many
+Ubuntu kernels, so one NVIDIADriver per kernel; an OpenShift cluster runs the one kernel of its release), then times, in this process
 (imports warm, as a long CLI session would see them):
 
 - render: `gpuctl render --config-file STACK --out DIR --offline` against the floor of registering the same
@@ -36,13 +37,14 @@ DEFAULT_SIZES = "1000,10000,20000"
 
 
 def fleet_config(tenants: int, pools: int, kernels: int) -> dict:
-    """An OpenShift stack with `pools` pools spread over `kernels` kernels and `tenants` one-GPU tenants."""
+    """A Kubernetes stack with `pools` pools spread over `kernels` kernels and `tenants` one-GPU tenants."""
     return {
-        f"{PROJECT}:cluster": {"name": "bench", "flavor": "openshift", "kubernetesVersion": "1.31",
-                               "region": "us-east-1", "infrastructureId": "bench-x1y2z"},
+        f"{PROJECT}:cluster": {"name": "bench", "flavor": "kubernetes", "kubernetesVersion": "1.31",
+                               "region": "us-east-1", "subnetIds": ["subnet-0a1b2c3d4e5f60718"],
+                               "securityGroupIds": ["sg-0d4e5f60718293a4b"], "instanceProfile": "bench-gpu-node"},
         f"{PROJECT}:nodePools": [{
             "name": f"pool-{index}", "instanceType": "p4d.24xlarge", "replicas": tenants // (8 * pools) + 1,
-            "os": "rhcos4.16", "kernel": f"5.14.0-427.{index % kernels}.1.el9_4.x86_64",
+            "os": "ubuntu22.04", "kernel": f"6.8.0-{1000 + index % kernels}-aws",
             "image": f"ami-{index:017x}",
         } for index in range(pools)],
         f"{PROJECT}:tenants": [{"name": f"team-{index}", "gpus": 1} for index in range(tenants)],

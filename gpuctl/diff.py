@@ -18,6 +18,7 @@ from components import labels
 from gpuctl.cli import OK, load_plan, observed_nodes
 from gpuctl.replacements import replace_reasons
 from stacks.config import ConfigError
+from fleet.catalog import NODE_OSES
 from fleet.kernels import KernelTarget, ObservedNode
 
 SYMBOLS = {"create": "+", "update": "~", "replace": "+-", "delete": "-"}
@@ -162,10 +163,12 @@ def refuse_driver_removal(diff: PlanDiff, observed: list[ObservedNode]) -> None:
         target = KernelTarget(annotations[labels.OS_ANNOTATION], annotations[labels.KERNEL_ANNOTATION])
         nodes = running.get(target)
         if nodes:
+            fix = ("let the Machine Config Operator finish rolling those nodes to the new release first"
+                   if target.os in NODE_OSES and NODE_OSES[target.os].openshift
+                   else "roll those nodes to the new image first, or keep a pool on that kernel")
             raise ConfigError(
                 f"refused: this change deletes driver {step.resource['inputs']['metadata']['name']} for kernel "
-                f"{target.kernel} ({target.os}), which nodes still run: {', '.join(sorted(nodes))}; "
-                f"roll those nodes to the new image first, or keep a pool on that kernel")
+                f"{target.kernel} ({target.os}), which nodes still run: {', '.join(sorted(nodes))}; {fix}")
 
 
 def _value(value: Any) -> str:

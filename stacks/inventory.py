@@ -16,17 +16,22 @@ _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _NODE_LIST_FIX = "produce it with `kubectl get nodes -o json`"
 
 
+def _shown(kind: object) -> str:
+    """A kind as the file names it, quoted (control characters escaped) unless it is a plain name."""
+    return kind if isinstance(kind, str) and kind.isidentifier() else repr(kind)
+
+
 def parse_node_list(document: Any, source: str) -> list[ObservedNode]:
     """GPU nodes of a `kubectl get nodes -o json` answer (a v1 NodeList or List of Nodes), from their NFD labels."""
     if (not isinstance(document, dict) or document.get("apiVersion") != "v1"
             or document.get("kind") not in ("NodeList", "List") or not isinstance(document.get("items"), list)):
         kind = document.get("kind") if isinstance(document, dict) else None
-        found = f"a {kind}, " if isinstance(kind, str) and kind not in ("NodeList", "List") else ""
+        found = f"a {_shown(kind)}, " if isinstance(kind, str) and kind not in ("NodeList", "List") else ""
         raise ConfigError(f"{source}: not a node list ({found}expected a v1 NodeList); {_NODE_LIST_FIX}")
     observed = []
     for index, item in enumerate(document["items"]):
         if isinstance(item, dict) and item.get("kind", "Node") != "Node":
-            raise ConfigError(f"{source}: items[{index}] is a {item['kind']}, not a Kubernetes Node; {_NODE_LIST_FIX}")
+            raise ConfigError(f"{source}: items[{index}] is a {_shown(item['kind'])}, not a Kubernetes Node; {_NODE_LIST_FIX}")
         meta = item.get("metadata") if isinstance(item, dict) else None
         if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
             raise ConfigError(f"{source}: items[{index}] has no metadata.name; not a Kubernetes node")

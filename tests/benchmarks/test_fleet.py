@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.fleet import measure
+from benchmarks.fleet import fleet_config, measure
+from stacks.config import PROJECT, parse_stack_config
+
+
+def test_the_fleet_is_a_valid_stack_of_many_pools_over_many_kernels() -> None:
+    config = parse_stack_config({key.removeprefix(f"{PROJECT}:"): value
+                                 for key, value in fleet_config(tenants=200, pools=30, kernels=10).items()})
+
+    assert len(config.node_pools) == 30 and len(config.tenants) == 200
+    assert len(config.declared_kernels) == 10
 
 
 def test_smoke_size_renders_diffs_and_checks_a_fleet(tmp_path: Path) -> None:

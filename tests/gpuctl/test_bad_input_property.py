@@ -14,12 +14,13 @@ from tests.conftest import ROOT
 hypothesis = pytest.importorskip("hypothesis")
 st = hypothesis.strategies
 
-SHIPPED = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+SHIPPED = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())  # OpenShift: the kernel is the cluster's
+CLUSTER = SHIPPED["config"]["gpu-platform:cluster"]
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1", "labels": {
     "feature.node.kubernetes.io/pci-10de.present": "true",
-    "feature.node.kubernetes.io/kernel-version.full": "5.14.0-427.50.1.el9_4.x86_64",
+    "feature.node.kubernetes.io/kernel-version.full": CLUSTER["kernel"],
     "feature.node.kubernetes.io/system-os_release.ID": "rhcos",
-    "feature.node.kubernetes.io/system-os_release.VERSION_ID": "4.16"}}}
+    "feature.node.kubernetes.io/system-os_release.VERSION_ID": CLUSTER["release"].rsplit(".", 1)[0]}}}
 VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**30), st.text(max_size=20),
                    st.sampled_from(["yes", "off", "1e3", "ami-0", "g4dn.xlarg", "5.14.0;id"]),
                    st.lists(st.integers(0, 3), max_size=2),
@@ -43,6 +44,28 @@ def mutated(document, path, value):
         parent = parent[key]
     parent[path[-1]] = value
     return document
+
+
+def test_the_unmutated_stack_and_node_list_render(tmp_path, capsys) -> None:
+    """The starting point renders: each mutation is one step away from a good input, not from a refused one."""
+    (tmp_path / "stack.yaml").write_text(yaml.safe_dump(SHIPPED))
+    (tmp_path / "nodes.json").write_text(json.dumps({"apiVersion": "v1", "kind": "NodeList", "items": [NODE]}))
+
+    code = main(["render", "--config-file", str(tmp_path / "stack.yaml"), "--observed-nodes",
+                 str(tmp_path / "nodes.json"), "--offline", "--out", str(tmp_path / "out")])
+
+    assert code == 0, capsys.readouterr().err
+    assert not any({"os", "kernel"} & set(pool) for pool in SHIPPED["config"]["gpu-platform:nodePools"])
+
+
+def test_text_a_node_list_quotes_stays_on_one_line(tmp_path, capsys) -> None:
+    (tmp_path / "nodes.json").write_text(json.dumps({"apiVersion": "v1", "kind": "Node\r\nList", "items": []}))
+
+    code = main(["render", "--stack", "dev", "--observed-nodes", str(tmp_path / "nodes.json"), "--offline",
+                 "--out", str(tmp_path / "out")])
+
+    error = capsys.readouterr().err
+    assert code == 2 and len(error.splitlines()) == 1 and "not a node list" in error, error
 
 
 @hypothesis.settings(max_examples=30, deadline=None,

@@ -62,9 +62,11 @@ def test_a_pull_secret_file_reaches_the_render_only_as_a_secret(tmp_path) -> Non
     result = render(tmp_path, "--registry-pull-secret-file", str(secret_file))
 
     assert result.returncode == 0, result.stderr
-    secret = yaml.safe_load((tmp_path / "out" / "manifests" / "secret-gpu-system-nvidia-registry.yaml").read_text())
+    secret = yaml.safe_load((tmp_path / "out" / "manifests" / "secret-gpu-operator-nvidia-registry.yaml").read_text())
     assert secret["type"] == "kubernetes.io/dockerconfigjson"
     assert set(secret["stringData"].values()) == {"[secret]"}
+    drivers = [yaml.safe_load(path.read_text()) for path in (tmp_path / "out" / "manifests").glob("nvidiadriver-*")]
+    assert drivers and all(d["spec"]["imagePullSecrets"] == [secret["metadata"]["name"]] for d in drivers)
     assert "c2VjcmV0" not in written(tmp_path / "out") + result.stdout + result.stderr
 
 
@@ -72,7 +74,7 @@ def test_a_pull_secret_from_the_environment_is_used_and_never_shown(tmp_path) ->
     result = render(tmp_path, env={"GPU_PLATFORM_REGISTRY_PULL_SECRET": PULL_SECRET})
 
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "out" / "manifests" / "secret-gpu-system-nvidia-registry.yaml").is_file()
+    assert (tmp_path / "out" / "manifests" / "secret-gpu-operator-nvidia-registry.yaml").is_file()
     assert "c2VjcmV0" not in written(tmp_path / "out") + result.stdout + result.stderr
 
 
@@ -80,7 +82,9 @@ def test_without_a_pull_secret_the_stack_renders_without_one(tmp_path) -> None:
     result = render(tmp_path, env={"GPU_PLATFORM_REGISTRY_PULL_SECRET": ""})
 
     assert result.returncode == 0, result.stderr
-    assert not (tmp_path / "out" / "manifests" / "secret-gpu-system-nvidia-registry.yaml").exists()
+    assert not (tmp_path / "out" / "manifests" / "secret-gpu-operator-nvidia-registry.yaml").exists()
+    drivers = [yaml.safe_load(path.read_text()) for path in (tmp_path / "out" / "manifests").glob("nvidiadriver-*")]
+    assert drivers and not any("imagePullSecrets" in d["spec"] for d in drivers)
 
 
 def test_an_unreadable_pull_secret_file_is_one_line_exit_2(tmp_path) -> None:

@@ -25,36 +25,52 @@ def test_identical_renders_have_no_steps(dev_plan):
     assert diff.steps == [] and diff.same == len(dev_plan.resources)
 
 
+FENCE = "monitoring-dcgm-exporter-fence"  # the NetworkPolicy that fences the DCGM exporter port
+PORT = ("spec", "ingress", 0, "ports", 0, "port")
+
+
+def set_path(inputs: dict, path: tuple, value) -> None:
+    for key in path[:-1]:
+        inputs = inputs[key]
+    inputs[path[-1]] = value
+
+
 def test_in_place_change_is_an_update_with_the_changed_path(dev_plan):
     new = copy.deepcopy(dev_plan.document)
-    named(new, "monitoring-service")["inputs"]["spec"]["ports"][0]["port"] = 9401
+    set_path(named(new, FENCE)["inputs"], PORT, 9401)
     [step] = diff_plans(dev_plan.document, new).steps
     assert step.op == "update"
-    assert [(c.path, c.old, c.new) for c in step.changes] == [("spec.ports[0].port", 9400, 9401)]
+    assert [(c.path, c.old, c.new) for c in step.changes] == [("spec.ingress[0].ports[0].port", 9400, 9401)]
 
 
 @pytest.mark.parametrize("value", [9400.0, "9400"], ids=["float", "string"])
 def test_equal_but_retyped_value_is_still_an_update(dev_plan, value):
     new = copy.deepcopy(dev_plan.document)
-    named(new, "monitoring-service")["inputs"]["spec"]["ports"][0]["port"] = value
+    set_path(named(new, FENCE)["inputs"], PORT, value)
     [step] = diff_plans(dev_plan.document, new).steps
-    assert step.op == "update" and [c.path for c in step.changes] == ["spec.ports[0].port"]
+    assert step.op == "update" and [c.path for c in step.changes] == ["spec.ingress[0].ports[0].port"]
 
 
 @pytest.mark.parametrize(("name", "path", "value"), [
-    ("monitoring-service", ("metadata", "name"), "renamed"),
-    ("monitoring-service", ("metadata", "namespace"), "elsewhere"),
-    ("monitoring-dcgm-exporter", ("spec", "selector", "matchLabels", "app.kubernetes.io/name"), "other"),
+    (FENCE, ("metadata", "name"), "renamed"),
+    (FENCE, ("metadata", "namespace"), "elsewhere"),
+    ("gpu-operator-olm-approver-binding", ("roleRef", "name"), "other"),
+    ("nfd-operator-approve-install-plan", ("spec", "template", "spec", "serviceAccountName"), "other"),
 ])
 def test_forced_new_fields_replace(dev_plan, name, path, value):
     new = copy.deepcopy(dev_plan.document)
-    target = named(new, name)["inputs"]
-    for key in path[:-1]:
-        target = target[key]
-    target[path[-1]] = value
+    set_path(named(new, name)["inputs"], path, value)
     [step] = diff_plans(dev_plan.document, new).steps
     assert step.op == "replace"
     assert step.replace_reasons == [".".join(path)]
+
+
+def test_an_unlisted_field_of_a_job_or_binding_updates_in_place(dev_plan):
+    new = copy.deepcopy(dev_plan.document)
+    named(new, "nfd-operator-approve-install-plan")["inputs"]["spec"]["backoffLimit"] = 17
+    named(new, "gpu-operator-olm-approver-binding")["inputs"]["metadata"]["labels"]["x"] = "y"
+    assert {(step.resource["name"], step.op) for step in diff_plans(dev_plan.document, new).steps} == {
+        ("nfd-operator-approve-install-plan", "update"), ("gpu-operator-olm-approver-binding", "update")}
 
 
 def test_a_priority_class_value_change_is_a_replace_the_api_server_accepts(dev_plan):
@@ -68,12 +84,15 @@ def test_a_priority_class_value_change_is_a_replace_the_api_server_accepts(dev_p
 
 
 def test_replace_on_changes_option_forces_replacement(dev_plan):
-    new = copy.deepcopy(dev_plan.document)
-    job = named(new, "device-plugin-validation")
-    assert job["options"]["replaceOnChanges"] == ["spec"]
-    job["inputs"]["spec"]["backoffLimit"] = 1
-    [step] = diff_plans(dev_plan.document, new).steps
-    assert (step.op, step.replace_reasons) == ("replace", ["spec.backoffLimit"])
+    # A custom resource has no provider rule: a spec change updates it, unless the resource asks for a replace.
+    old, new = copy.deepcopy(dev_plan.document), copy.deepcopy(dev_plan.document)
+    named(new, "nfd-instance")["inputs"]["spec"]["x"] = 1
+    [step] = diff_plans(old, new).steps
+    assert (step.op, step.replace_reasons) == ("update", [])
+    for plan in (old, new):
+        named(plan, "nfd-instance")["options"]["replaceOnChanges"] = ["spec"]
+    [step] = diff_plans(old, new).steps
+    assert (step.op, step.replace_reasons) == ("replace", ["spec.x"])
 
 
 def test_ignore_changes_hides_the_path(dev_plan):
@@ -86,12 +105,16 @@ def test_ignore_changes_hides_the_path(dev_plan):
 
 def test_refuses_to_delete_a_driver_that_nodes_still_run(render, dev_plan):
     config = stack_config("dev")
-    kernel = config["gpu-platform:nodePools"][0]["kernel"]
-    config["gpu-platform:nodePools"][0]["kernel"] = "5.14.0-427.55.1.el9_4.x86_64"
+    kernel = config["gpu-platform:cluster"]["kernel"]
+    config["gpu-platform:cluster"]["kernel"] = "5.14.0-427.99.1.el9_4.x86_64"
     diff = diff_plans(dev_plan.document, render("dev", config).document)
-    refuse_driver_removal(diff, [ObservedNode("gpu-x", KernelTarget("rhcos4.16", "5.14.0-427.99.1.el9_4.x86_64"))])
-    with pytest.raises(ConfigError, match=r"refused: .*nodes still run: gpu-a, gpu-b"):
-        refuse_driver_removal(diff, [ObservedNode(name, KernelTarget("rhcos4.16", kernel)) for name in ("gpu-b", "gpu-a")])
+    assert [step.resource["type"] for step in diff.steps if step.op == "delete"] == [
+        "kubernetes:nvidia.com/v1alpha1:NVIDIADriver"]
+    refuse_driver_removal(diff, [])
+    refuse_driver_removal(diff, [ObservedNode("gpu-x", KernelTarget("rhcos4.18", "5.14.0-427.99.1.el9_4.x86_64")),
+                                 ObservedNode("gpu-y", KernelTarget("ubuntu22.04", kernel))])
+    with pytest.raises(ConfigError, match=r"refused: .*nvidia-driver-rhcos4-18-.*nodes still run: gpu-a, gpu-b; let the Machine Config Operator"):
+        refuse_driver_removal(diff, [ObservedNode(name, KernelTarget("rhcos4.18", kernel)) for name in ("gpu-b", "gpu-a")])
 
 
 @pytest.fixture(scope="module")

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
-from gpuctl.diff import diff_plans
+from components import labels
 from fleet.kernels import KernelTarget, ObservedNode
-from tests.conftest import stack_config
+from gpuctl.diff import diff_plans
+from gpuctl.preview import base_kernels
+from gpuctl.render import render_plan, write_render
+from gpuctl.stackfile import stack_file_from_config
+from tests.conftest import ROOT, stack_config
 
-NEW_KERNEL = "5.14.0-427.55.1.el9_4.x86_64"
+UBUNTU = "ubuntu22.04"
+NEW_KERNEL = "6.8.0-1024-aws"
+NEW_DRIVER = "driver-ubuntu22-04-6-8-0-1024-aws"  # the logical name; the object is nvidia-driver-<slug>
+NVIDIA_DRIVER = "kubernetes:nvidia.com/v1alpha1:NVIDIADriver"
 
 
 def ops(diff) -> dict[str, list[str]]:
@@ -22,95 +33,221 @@ def pool(config: dict, name: str) -> dict:
     return next(p for p in config["gpu-platform:nodePools"] if p["name"] == name)
 
 
-@pytest.fixture(scope="module")
-def dev_base():
-    from gpuctl.render import render_plan
-    from gpuctl.stackfile import StackFile
-
-    return lambda observed=None: render_plan(StackFile("dev", stack_config("dev"), []), observed)
+def render(stack: str, config: dict, observed=None, previous=None) -> dict:
+    return render_plan(stack_file_from_config(stack, config), observed, previous=previous)
 
 
-def test_kernel_upgrade_creates_the_new_driver_before_rolling_only_that_pool(render, dev_base):
-    base = dev_base()
-    config = stack_config("dev")
-    old_kernel = pool(config, "t4-inference")["kernel"]
-    pool(config, "t4-inference").update(kernel=NEW_KERNEL, image="ami-0c8e4f3a7b5d9e1f3")
-    new = render("dev", config).document
-    diff = diff_plans(base, new)
-
-    new_slug = KernelTarget("rhcos4.16", NEW_KERNEL).slug
-    old_slug = KernelTarget("rhcos4.16", old_kernel).slug
-    assert ops(diff) == {
-        "create": sorted([f"driver-{new_slug}", f"driver-validation-{new_slug}"]),
-        "update": ["pool-t4-inference"],
-        "delete": sorted([f"driver-{old_slug}", f"driver-validation-{old_slug}"]),
-    }
-    order = [step.resource["name"] for step in diff.steps]
-    assert order.index(f"driver-{new_slug}") < order.index("pool-t4-inference")
-    created = next(step for step in diff.steps if step.resource["name"] == f"driver-{new_slug}").resource
-    image = created["inputs"]["spec"]["template"]["spec"]["containers"][0]["image"]
-    assert image == f"nvcr.io/nvidia/driver:580-{NEW_KERNEL}-rhcos4.16"
-    update = next(step for step in diff.steps if step.op == "update")
-    assert {change.path for change in update.changes} == {
-        "metadata.annotations.gpu-platform.io/kernel", "spec.template.spec.providerSpec.value.ami.id"}
+def driver_slug(kernel: str, os: str = UBUNTU) -> str:
+    return KernelTarget(os, kernel).slug
 
 
 def node(name: str, kernel: str) -> ObservedNode:
-    return ObservedNode(name, KernelTarget("rhcos4.16", kernel))
+    return ObservedNode(name, KernelTarget(UBUNTU, kernel))
 
 
-def test_mid_roll_keeps_both_drivers_and_drops_the_old_one_only_when_no_node_runs_it(render, dev_base):
-    old_kernel = pool(stack_config("dev"), "t4-inference")["kernel"]
-    config = stack_config("dev")
-    pool(config, "t4-inference").update(kernel=NEW_KERNEL)
-    old_slug, new_slug = (KernelTarget("rhcos4.16", k).slug for k in (old_kernel, NEW_KERNEL))
+@pytest.fixture(scope="module")
+def prod_base() -> dict:
+    return render("prod", stack_config("prod"))
 
+
+@pytest.fixture(scope="module")
+def dev_base() -> dict:
+    return render("dev", stack_config("dev"))
+
+
+# -- a pool's kernel changes (Kubernetes: each pool's image boots its own kernel) ----------------------------------
+
+
+def test_kernel_upgrade_creates_the_new_driver_before_rolling_only_that_pool(prod_base):
+    config = stack_config("prod")
+    old_kernel = pool(config, "l4-inference")["kernel"]
+    assert pool(config, "a10g-batch")["kernel"] == old_kernel  # another pool still boots the old kernel
+    pool(config, "l4-inference").update(kernel=NEW_KERNEL, image="ami-0a1b2c3d4e5f60789")
+    new = render("prod", config, previous=base_kernels(prod_base))
+    diff = diff_plans(prod_base, new)
+
+    assert ops(diff) == {"create": [NEW_DRIVER],
+                         "update": ["pool-l4-inference-asg", "pool-l4-inference-launch-template"]}
+    created = next(step for step in diff.steps if step.op == "create").resource
+    assert created["type"] == NVIDIA_DRIVER
+    assert created["inputs"]["metadata"]["name"] == "nvidia-driver-ubuntu22-04-6-8-0-1024-aws"
+    assert created["inputs"]["spec"]["nodeSelector"][labels.KERNEL_LABEL] == NEW_KERNEL
+    assert new["outputs"]["driverImages"][f"{UBUNTU}/{NEW_KERNEL}"] == \
+        "nvcr.io/nvidia/driver:580-6.8.0-1024-aws-ubuntu22.04"
+    # The old kernel's driver stays: a10g-batch still boots it. Nothing is kept only for lack of evidence.
+    assert f"{UBUNTU}/{old_kernel}" in new["outputs"]["kernels"] and new["outputs"]["keptKernels"] == []
+    order = [step.resource["name"] for step in diff.steps]
+    assert order.index(NEW_DRIVER) < order.index("pool-l4-inference-launch-template")
+    assert order.index(NEW_DRIVER) < order.index("pool-l4-inference-asg")
+    by_name = {step.resource["name"]: step for step in diff.steps}
+    template = by_name["pool-l4-inference-launch-template"]
+    assert template.replace_reasons == [] and {c.path for c in template.changes} == {
+        "imageId", "tags.gpu-platform.io/kernel", "tagSpecifications[0].tags.gpu-platform.io/kernel"}
+    assert [(c.old, c.new) for c in by_name["pool-l4-inference-asg"].changes] == [(old_kernel, NEW_KERNEL)]
+
+
+@pytest.fixture(scope="module")
+def h100_upgrade() -> tuple[dict, str]:
+    """prod with h100-training moved off the only kernel it booted: no pool boots the old kernel any more."""
+    config = stack_config("prod")
+    old_kernel = pool(config, "h100-training")["kernel"]
+    assert all(p["kernel"] != old_kernel for p in config["gpu-platform:nodePools"] if p["name"] != "h100-training")
+    pool(config, "h100-training")["kernel"] = NEW_KERNEL
+    return config, old_kernel
+
+
+def test_a_kernel_no_pool_boots_keeps_its_driver_without_a_node_inventory(prod_base, h100_upgrade):
+    config, old_kernel = h100_upgrade
+    new = render("prod", config, previous=base_kernels(prod_base))
+    diff = diff_plans(prod_base, new)
+
+    assert new["outputs"]["keptKernels"] == [f"{UBUNTU}/{old_kernel}"]
+    assert "delete" not in ops(diff)
+    assert ops(diff)["create"] == [NEW_DRIVER]
+    assert {r["inputs"]["metadata"]["name"] for r in new["resources"] if r["type"] == NVIDIA_DRIVER} == {
+        f"nvidia-driver-{driver_slug(kernel)}" for kernel in (old_kernel, "6.8.0-1021-aws", NEW_KERNEL)}
+
+
+def test_a_kernel_no_node_runs_loses_its_driver_when_the_inventory_shows_it(prod_base, h100_upgrade):
+    config, old_kernel = h100_upgrade
+    observed = [node("gpu-a", "6.8.0-1021-aws"), node("gpu-b", NEW_KERNEL)]
+    new = render("prod", config, observed=observed, previous=base_kernels(prod_base))
+    diff = diff_plans(prod_base, new)
+
+    assert new["outputs"]["keptKernels"] == []
+    assert ops(diff)["delete"] == [f"driver-{driver_slug(old_kernel)}"]
+    order = [step.op for step in diff.steps]
+    assert order.index("delete") > order.index("create")  # the new driver first, the old one last
+
+
+def test_a_kernel_nodes_still_run_keeps_its_driver_mid_roll(prod_base, h100_upgrade):
+    config, old_kernel = h100_upgrade
     mid_roll = [node("gpu-a", old_kernel), node("gpu-b", NEW_KERNEL)]
-    during = render("dev", config, observed=mid_roll)
-    daemonsets = [r["name"] for r in during.of_type("kubernetes:apps/v1:DaemonSet")]
-    assert f"driver-{new_slug}" in daemonsets and f"driver-{old_slug}" in daemonsets
-    assert ops(diff_plans(dev_base(mid_roll), during.document)) == {"update": ["pool-t4-inference"]}
+    new = render("prod", config, observed=mid_roll, previous=base_kernels(prod_base))
 
-    rolled = [node("gpu-a", NEW_KERNEL), node("gpu-b", NEW_KERNEL)]
-    daemonsets = [r["name"] for r in render("dev", config, observed=rolled).of_type("kubernetes:apps/v1:DaemonSet")]
-    assert f"driver-{new_slug}" in daemonsets and f"driver-{old_slug}" not in daemonsets
+    assert f"{UBUNTU}/{old_kernel}" in new["outputs"]["kernels"] and new["outputs"]["keptKernels"] == []
+    assert "delete" not in ops(diff_plans(prod_base, new))
 
 
-def test_driver_bump_touches_only_drivers_and_their_validations(render, dev_base):
+def node_list(*nodes: tuple[str, str]) -> dict:
+    return {"apiVersion": "v1", "kind": "NodeList", "items": [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
+            labels.NVIDIA_PCI_LABEL: "true", labels.KERNEL_LABEL: kernel,
+            labels.OS_ID_LABEL: "ubuntu", labels.OS_VERSION_LABEL: "22.04"}}} for name, kernel in nodes]}
+
+
+def test_gpuctl_diff_refuses_to_delete_a_driver_nodes_still_run(tmp_path, prod_base, h100_upgrade):
+    config, old_kernel = h100_upgrade
+    write_render(prod_base, tmp_path / "old")
+    write_render(render("prod", config), tmp_path / "new")  # no previous revision: the old driver goes
+    running = tmp_path / "running.json"
+    running.write_text(json.dumps(node_list(("gpu-2", old_kernel), ("gpu-1", old_kernel), ("gpu-3", NEW_KERNEL))))
+    rolled = tmp_path / "rolled.json"
+    rolled.write_text(json.dumps(node_list(("gpu-1", NEW_KERNEL))))
+
+    def diff(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "gpuctl", "diff", str(tmp_path / "old"), str(tmp_path / "new"),
+                               "--json", *extra], cwd=ROOT, capture_output=True, text=True)
+
+    refused = diff("--observed-nodes", str(running))
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and refused.stderr.startswith("error: refused: ")
+    assert f"nvidia-driver-{driver_slug(old_kernel)}" in refused.stderr
+    assert "nodes still run: gpu-1, gpu-2; roll those nodes to the new image first" in refused.stderr
+    assert "gpu-3" not in refused.stderr
+
+    allowed = diff("--observed-nodes", str(rolled))
+    assert allowed.returncode == 0, allowed.stderr
+    deleted = [step["name"] for step in json.loads(allowed.stdout)["steps"] if step["op"] == "delete"]
+    assert deleted == [f"driver-{driver_slug(old_kernel)}"]
+
+
+# -- OpenShift: the kernel follows the cluster release -------------------------------------------------------------
+
+
+def test_an_openshift_release_change_creates_the_driver_of_its_kernel(dev_base):
+    config = stack_config("dev")
+    cluster = config["gpu-platform:cluster"]
+    old = KernelTarget(f"rhcos{cluster['release'].rsplit('.', 1)[0]}", cluster["kernel"])
+    new_kernel = "5.14.0-570.28.1.el9_6.x86_64"
+    cluster.update(release="4.19.10", kernel=new_kernel, nfdOperatorCsv="nfd.4.19.0-202509240837")
+    new = render("dev", config, previous=base_kernels(dev_base))
+    diff = diff_plans(dev_base, new)
+
+    target = KernelTarget("rhcos4.19", new_kernel)
+    assert (dev_base["outputs"]["kubernetesVersion"], new["outputs"]["kubernetesVersion"]) == ("1.31", "1.32")
+    created = [step.resource for step in diff.steps if step.op == "create"]
+    assert [(r["type"], r["inputs"]["metadata"]["name"]) for r in created] == [
+        (NVIDIA_DRIVER, f"nvidia-driver-{target.slug}")]
+    assert created[0]["inputs"]["spec"]["nodeSelector"][labels.OS_VERSION_LABEL] == "4.19"
+    assert new["outputs"]["driverImages"][target.key] == "nvcr.io/nvidia/driver:580.95.05-rhcos4.19"
+    assert new["outputs"]["keptKernels"] == [old.key] and "delete" not in ops(diff)
+    # Both pools wait for the new release's driver; neither MachineSet itself changes.
+    assert not any(step.resource["type"].endswith(":MachineSet") for step in diff.steps)
+
+
+# -- other edits -----------------------------------------------------------------------------------------------------
+
+
+def test_driver_bump_updates_the_drivers_in_place(dev_base):
     config = stack_config("dev")
     config["gpu-platform:driver"]["version"] = "580.105.08"
-    diff = diff_plans(dev_base(), render("dev", config).document)
-    touched = {step.resource["name"] for step in diff.steps}
-    assert touched and all(name.startswith(("driver-", "driver-validation-")) for name in touched)
-    assert {step.op for step in diff.steps if step.resource["type"] == "kubernetes:apps/v1:DaemonSet"} == {"update"}
-    assert {step.op for step in diff.steps if step.resource["type"] == "kubernetes:batch/v1:Job"} == {"replace"}
+    diff = diff_plans(dev_base, render("dev", config))
+
+    assert diff.steps and {step.resource["type"] for step in diff.steps} == {NVIDIA_DRIVER}
+    assert {step.op for step in diff.steps} == {"update"}
+    assert [(c.path, c.old, c.new) for step in diff.steps for c in step.changes] == [
+        ("spec.version", "580.95.05", "580.105.08")] * len(diff.steps)
 
 
-def test_scaling_a_pool_updates_only_that_pool(render, dev_base):
+def test_a_branch_bump_on_precompiled_drivers_updates_every_driver(prod_base):
+    config = stack_config("prod")
+    config["gpu-platform:driver"].update(branch="590", version="590.44.01")
+    new = render("prod", config)
+    diff = diff_plans(prod_base, new)
+
+    assert ops(diff) == {"update": sorted(r["name"] for r in prod_base["resources"] if r["type"] == NVIDIA_DRIVER)}
+    assert all(image.startswith("nvcr.io/nvidia/driver:590-") for image in new["outputs"]["driverImages"].values())
+
+
+def test_time_slicing_change_replaces_only_the_device_plugin_config(dev_base):
+    config = stack_config("dev")
+    assert config["gpu-platform:devicePlugin"]["timeSlicingReplicas"] == 4
+    config["gpu-platform:devicePlugin"]["timeSlicingReplicas"] = 8
+    [step] = diff_plans(dev_base, render("dev", config)).steps
+
+    assert step.resource["inputs"]["kind"] == "ConfigMap"
+    assert step.resource["inputs"]["metadata"]["name"] == "device-plugin-config"
+    [change] = step.changes
+    assert change.path == "data.time-slicing" and "replicas: 4" in change.old and "replicas: 8" in change.new
+    assert step.op == "replace"  # ConfigMap data is force-new unless the provider makes ConfigMaps mutable
+
+
+def test_scaling_a_pool_updates_only_that_pool(dev_base):
     config = stack_config("dev")
     pool(config, "a100-training")["replicas"] = 2
-    diff = diff_plans(dev_base(), render("dev", config).document)
+    diff = diff_plans(dev_base, render("dev", config))
     assert ops(diff) == {"update": ["pool-a100-training"]}
     assert [change.path for change in diff.steps[0].changes] == ["spec.replicas"]
 
 
-def test_adding_and_removing_a_tenant_touches_only_that_tenant(render, dev_base):
+def test_adding_and_removing_a_tenant_touches_only_that_tenant(dev_base):
     config = stack_config("dev")
     config["gpu-platform:tenants"].append({"name": "speech", "gpus": 0, "group": "speech-team"})
-    added = diff_plans(dev_base(), render("dev", config).document)
+    added = diff_plans(dev_base, render("dev", config))
     assert set(ops(added)) == {"create"}
     assert all(name.startswith("tenant-speech") for name in ops(added)["create"])
+    assert {"tenant-speech", "tenant-speech-namespace", "tenant-speech-gpu-quota"} <= set(ops(added)["create"])
 
     config = stack_config("dev")
     config["gpu-platform:tenants"] = [t for t in config["gpu-platform:tenants"] if t["name"] != "vision"]
-    removed = diff_plans(dev_base(), render("dev", config).document)
+    removed = diff_plans(dev_base, render("dev", config))
     assert set(ops(removed)) == {"delete"}
     assert all(name.startswith("tenant-vision") for name in ops(removed)["delete"])
 
 
-def test_kubernetes_version_bump_changes_no_resource(render):
-    base = render("prod").document
+def test_kubernetes_version_bump_changes_no_resource(prod_base):
     config = stack_config("prod")
     config["gpu-platform:cluster"]["kubernetesVersion"] = "1.32"
-    diff = diff_plans(base, render("prod", config).document)
-    assert diff.steps == [] and diff.same == len(base["resources"])
+    diff = diff_plans(prod_base, render("prod", config))
+    assert diff.steps == [] and diff.same == len(prod_base["resources"])

@@ -14,8 +14,10 @@ import pytest
 
 from tests.conftest import ROOT
 
-OLD_KERNEL = "5.14.0-427.50.1.el9_4.x86_64"
-NEW_KERNEL = "5.14.0-427.55.1.el9_4.x86_64"
+OLD_KERNEL = "6.8.0-1021-aws"  # prod: l4-inference and a10g-batch boot it
+NEW_KERNEL = "6.8.0-1024-aws"
+LONE_KERNEL = "6.8.0-1019-aws"  # prod: only h100-training boots it
+NEW_DRIVER = "driver-ubuntu22-04-6-8-0-1024-aws"
 
 
 def git(repo: Path, *args: str) -> str:
@@ -43,31 +45,56 @@ def preview(repo: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture
-def kernel_upgrade(repo):
-    stack = repo / "Pulumi.dev.yaml"
+def edit_prod(repo):
+    """Edit prod's stack file in the working tree (the base stays HEAD's); restored afterwards."""
+    stack = repo / "Pulumi.prod.yaml"
     original = stack.read_text()
-    stack.write_text(original.replace(OLD_KERNEL, NEW_KERNEL))
-    yield repo
+
+    def edit(old: str, new: str) -> Path:
+        assert old in original
+        stack.write_text(original.replace(old, new, 1))
+        return repo
+
+    yield edit
     stack.write_text(original)
 
 
-def test_kernel_upgrade_against_head_creates_the_driver_then_updates_the_pool(kernel_upgrade):
-    status_before = git(kernel_upgrade, "status", "--porcelain")
-    result = preview(kernel_upgrade, "--stack", "dev", "--base", "HEAD", "--offline", "--json")
+def test_kernel_upgrade_against_head_creates_the_driver_then_updates_the_pool(edit_prod):
+    repo = edit_prod(f"kernel: {OLD_KERNEL}", f"kernel: {NEW_KERNEL}")  # the first pool: l4-inference
+    status_before = git(repo, "status", "--porcelain")
+    result = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline", "--json")
     assert result.returncode == 0, result.stderr
-    steps = json.loads(result.stdout)["steps"]
-    ops = [(step["op"], step["name"]) for step in steps]
-    new_driver = ("create", "driver-rhcos4-16-5-14-0-427-55-1-el9-4-x86-64")
-    assert new_driver in ops
-    assert ops.index(new_driver) < ops.index(("update", "pool-t4-inference"))
-    assert {op for op, name in ops if "a100" in name} == set()
-    assert git(kernel_upgrade, "status", "--porcelain") == status_before
-    assert "worktree" not in git(kernel_upgrade, "worktree", "list").split("\n", 1)[-1]
+    document = json.loads(result.stdout)
+    ops = [(step["op"], step["name"]) for step in document["steps"]]
+    new_driver = ("create", NEW_DRIVER)
+    assert sorted(ops) == sorted([new_driver, ("update", "pool-l4-inference-launch-template"),
+                                  ("update", "pool-l4-inference-asg")])
+    assert ops.index(new_driver) < ops.index(("update", "pool-l4-inference-launch-template"))
+    assert ops.index(new_driver) < ops.index(("update", "pool-l4-inference-asg"))
+    assert document["keptDrivers"] == []  # a10g-batch still boots the old kernel
+    assert git(repo, "status", "--porcelain") == status_before
+    assert "worktree" not in git(repo, "worktree", "list").split("\n", 1)[-1]
 
-    human = preview(kernel_upgrade, "--stack", "dev", "--base", "HEAD", "--offline")
+    human = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline")
     assert human.returncode == 0, human.stderr
-    assert f'~ metadata.annotations.gpu-platform.io/kernel: "{OLD_KERNEL}" => "{NEW_KERNEL}"' in human.stdout
+    assert f'~ tags.gpu-platform.io/kernel: "{OLD_KERNEL}" => "{NEW_KERNEL}"' in human.stdout
     assert "Driver image preflight: skipped (--offline)" in human.stdout
+    assert "kept:" not in human.stdout
+
+
+def test_a_kernel_leaving_the_config_keeps_its_driver_and_says_so(edit_prod):
+    repo = edit_prod(f"kernel: {LONE_KERNEL}", f"kernel: {NEW_KERNEL}")  # h100-training, the only pool on it
+    result = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline", "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["keptDrivers"] == [f"ubuntu22.04/{LONE_KERNEL}"]
+    assert document["changeSummary"]["delete"] == 0
+    assert ("create", NEW_DRIVER) in [(step["op"], step["name"]) for step in document["steps"]]
+
+    human = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline")
+    assert human.returncode == 0, human.stderr
+    [kept] = [line for line in human.stdout.splitlines() if line.startswith("kept:")]
+    assert f"ubuntu22.04/{LONE_KERNEL}" in kept and "--observed-nodes" in kept
 
 
 def test_without_changes_nothing_changes(repo):
@@ -116,3 +143,21 @@ def test_a_terminated_preview_leaves_no_base_worktree_behind() -> None:
     assert process.returncode == 128 + signal.SIGTERM
     assert base_worktrees() == before
     assert not any(Path(line.removeprefix("worktree ")).exists() for line in started)
+
+
+def test_with_a_node_inventory_the_driver_no_node_runs_is_deleted(edit_prod, tmp_path):
+    repo = edit_prod(f"kernel: {LONE_KERNEL}", f"kernel: {NEW_KERNEL}")
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps({"apiVersion": "v1", "kind": "NodeList", "items": [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
+            "feature.node.kubernetes.io/pci-10de.present": "true",
+            "feature.node.kubernetes.io/kernel-version.full": kernel,
+            "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
+            "feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04"}}}
+        for name, kernel in (("gpu-1", OLD_KERNEL), ("gpu-2", NEW_KERNEL))]}))
+    result = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline", "--json", "--observed-nodes", str(nodes))
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["keptDrivers"] == []
+    assert [step["name"] for step in document["steps"] if step["op"] == "delete"] == [
+        "driver-ubuntu22-04-6-8-0-1019-aws"]

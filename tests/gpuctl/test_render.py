@@ -17,9 +17,11 @@ from gpuctl.render import dump_yaml, manifests
 from tests.conftest import ROOT, render_stack
 
 STACKS = {"dev": "1.31", "prod": "1.31"}
-CORE_KINDS = {"Namespace", "ServiceAccount", "ConfigMap", "DaemonSet", "Deployment", "Job", "Service",
-              "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ResourceQuota", "LimitRange",
-              "PriorityClass", "RuntimeClass", "CustomResourceDefinition"}
+# Core kinds each stack renders; the operators' own objects come from their Helm chart or OLM bundle instead.
+CORE_KINDS = {"Namespace", "ConfigMap", "NetworkPolicy", "RoleBinding", "ResourceQuota", "LimitRange",
+              "PriorityClass", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+STACK_CORE_KINDS = {"dev": CORE_KINDS | {"ServiceAccount", "Role", "Job"}, "prod": CORE_KINDS}
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 
 
 def gpuctl(*args: str) -> subprocess.Popen:
@@ -105,8 +107,9 @@ def test_plan_references_resolve(render_result) -> None:
     components = [r for r in plan["resources"] if not r["custom"]]
     assert {r["type"] for r in components} >= {
         "gpu-platform:index:GpuPlatform", "gpu-platform:index:GpuNodePool", "gpu-platform:index:NfdStack",
-        "gpu-platform:index:DriverStack", "gpu-platform:index:DevicePluginStack",
-        "gpu-platform:index:MonitoringStack", "gpu-platform:index:TenantQuota"}
+        "gpu-platform:index:GpuOperator", "gpu-platform:index:ClusterPolicyStack", "gpu-platform:index:DriverStack",
+        "gpu-platform:index:DevicePluginStack", "gpu-platform:index:MonitoringStack",
+        "gpu-platform:index:TenantAdmission", "gpu-platform:index:TenantQuota"}
 
 
 def test_plan_outputs(render_result) -> None:
@@ -119,12 +122,14 @@ def test_plan_outputs(render_result) -> None:
 
 
 def test_one_manifest_file_per_kubernetes_object(render_result) -> None:
-    _, _, out = render_result
+    stack, _, out = render_result
     plan = load_plan(out)
-    objects = [r["inputs"] for r in plan["resources"] if r["custom"] and r["type"].startswith("kubernetes:")]
+    kubernetes = [r for r in plan["resources"] if r["custom"] and r["type"].startswith("kubernetes:")]
+    objects = [r["inputs"] for r in kubernetes if r["type"] != HELM_RELEASE]
     manifests = load_manifests(out)
 
     assert len(manifests) == len(objects)
+    assert {"NVIDIADriver", "ClusterPolicy"} <= {m["kind"] for m in manifests.values()}
     identity = lambda m: (m["apiVersion"], m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"])  # noqa: E731
     assert sorted(map(identity, manifests.values())) == sorted(map(identity, objects))
     for name, manifest in manifests.items():
@@ -145,7 +150,19 @@ def test_every_core_manifest_validates_against_the_kubernetes_schema(render_resu
         validated.add(manifest["kind"])
 
     assert errors == []
-    assert CORE_KINDS <= validated, CORE_KINDS - validated
+    assert STACK_CORE_KINDS[stack] <= validated, STACK_CORE_KINDS[stack] - validated
+
+
+def test_a_helm_release_is_in_the_plan_but_writes_no_manifest(rendered) -> None:
+    """A release of a chart is not an object the API server stores: Helm installs the chart's objects."""
+    _, out = rendered["prod"]
+    releases = [r["inputs"] for r in load_plan(out)["resources"] if r["type"] == HELM_RELEASE]
+    kinds = {m["kind"] for m in load_manifests(out).values()}
+
+    assert {(r["name"], r["namespace"]) for r in releases} == {
+        ("gpu-operator", "gpu-operator"), ("node-feature-discovery", "node-feature-discovery")}
+    assert "Release" not in kinds
+    assert not any(path.name.startswith("release") for path in (out / "manifests").iterdir())
 
 
 def test_both_backends_render_their_pools(rendered) -> None:

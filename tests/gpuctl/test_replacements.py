@@ -110,3 +110,46 @@ def test_a_placement_group_strategy_change_replaces_it():
 
 def test_unknown_types_have_no_provider_rule():
     assert reasons("random:index/randomId:RandomId", "byteLength") == []
+
+
+# -- every type the program registers has its provider's rule --------------------------------------------------------
+
+REGISTERED = {
+    # type -> the force-new paths the provider applies to it
+    "kubernetes:helm.sh/v3:Release": ("name", "namespace"),
+    "kubernetes:nvidia.com/v1alpha1:NVIDIADriver": ("metadata.name", "metadata.namespace"),
+    "kubernetes:nvidia.com/v1:ClusterPolicy": ("metadata.name", "metadata.namespace"),
+    "kubernetes:operators.coreos.com/v1:OperatorGroup": ("metadata.name", "metadata.namespace"),
+    "kubernetes:operators.coreos.com/v1alpha1:Subscription": ("metadata.name", "metadata.namespace"),
+    "kubernetes:nfd.openshift.io/v1:NodeFeatureDiscovery": ("metadata.name", "metadata.namespace"),
+    "kubernetes:rbac.authorization.k8s.io/v1:Role": ("metadata.name", "metadata.namespace"),
+    "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding": ("metadata.name", "metadata.namespace", "roleRef"),
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy": ("metadata.name", "metadata.namespace"),
+    "kubernetes:core/v1:ConfigMap": ("metadata.name", "metadata.namespace", "binaryData", "data"),
+}
+
+
+@pytest.mark.parametrize("resource_type", sorted(REGISTERED))
+def test_the_rule_of_each_type_the_program_registers(resource_type):
+    from gpuctl.replacements import force_new_paths
+
+    assert force_new_paths(resource_type, {}) == REGISTERED[resource_type]
+
+
+def test_a_job_template_change_of_the_program_is_a_replace():
+    from gpuctl.replacements import force_new_paths
+
+    assert {"spec.template", "spec.selector", "metadata.name"} <= set(force_new_paths("kubernetes:batch/v1:Job", {}))
+
+
+def test_every_registered_type_is_a_kubernetes_object_a_helm_release_or_a_known_aws_resource(dev_plan, prod_plan):
+    from gpuctl.replacements import AWS_FORCE_NEW, force_new_paths
+
+    types = {r["type"] for plan in (dev_plan, prod_plan) for r in plan.resources if r["custom"]}
+    assert set(REGISTERED) <= types | {"kubernetes:batch/v1:Job"}
+    for resource_type in types:
+        paths = force_new_paths(resource_type, {})
+        if resource_type.startswith("kubernetes:"):
+            assert paths[:2] in (("metadata.name", "metadata.namespace"), ("name", "namespace")), resource_type
+        else:
+            assert resource_type in AWS_FORCE_NEW and paths, resource_type
