@@ -7,7 +7,7 @@ import signal
 import sys
 
 from gpuctl import __version__, check, diff, preview, render
-from gpuctl.cli import BAD_INPUT, Parser
+from gpuctl.cli import BAD_INPUT, Parser, add_epilogs
 from stacks.config import ConfigError
 
 COMMANDS = [render, check, diff, preview]
@@ -19,6 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for command in COMMANDS:
         command.register(commands)
+    add_epilogs(commands)
     # SIGTERM unwinds like Ctrl-C, so every temporary folder and git worktree is removed on the way out.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
@@ -32,12 +33,20 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signal.SIGINT
 
 
+def one_shot_collector() -> None:
+    """No cycle collection for a one-shot run: the imports are frozen out of it and it is switched off.
+
+    A render builds objects that live until it exits, and the collector kept walking them: at 10,000 resources
+    it took a quarter of the run even with raised thresholds (40 s, of which 10 s collecting). Off, the run
+    keeps its cyclic garbage: peak RSS 927 -> 1,104 MB at 10,000 resources.
+    """
+    gc.freeze()
+    gc.disable()
+
+
 def run() -> None:
     """The `gpuctl` console command (and `python -m gpuctl`)."""
-    # A one-shot run builds many long-lived objects and frees little: keep the collector off the imported
-    # modules and let it run rarely (a 2,177-resource render: 9.2 s -> 6.2 s, peak RSS 231 -> 233 MB).
-    gc.freeze()
-    gc.set_threshold(100_000, 50, 100)
+    one_shot_collector()
     sys.exit(main())
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 from collections.abc import Callable
 from typing import Any
@@ -54,12 +56,15 @@ class RecordingMonitor(mocks.MockMonitor):
             "custom": bool(request.custom),
             "parent": request.parent or None,
             "dependencies": sorted(set(request.dependencies)),
+            # The explicit provider ("<provider urn>::<id>"), None for components and default providers.
+            "provider": request.provider or None,
             "inputs": plain(inputs),
             "options": {
                 "replaceOnChanges": list(request.replaceOnChanges),
                 "deleteBeforeReplace": bool(request.deleteBeforeReplace),
                 "protect": bool(request.protect),
                 "ignoreChanges": list(request.ignoreChanges),
+                "customTimeouts": _timeouts(request),
             },
         })
         self.resources[urn] = mocks.MockMonitor.ResourceRegistration(urn, resource_id, inputs)
@@ -70,6 +75,12 @@ class RecordingMonitor(mocks.MockMonitor):
             _ensure_event_loop()
             self.outputs = plain(rpc.deserialize_properties(request.outputs, keep_unknowns=True))
         return empty_pb2.Empty()
+
+
+def _timeouts(request) -> dict[str, str]:
+    """The resource's customTimeouts (create, update, delete) that are set, as Go durations."""
+    timeouts = request.customTimeouts
+    return {op: getattr(timeouts, op) for op in ("create", "update", "delete") if getattr(timeouts, op)}
 
 
 def plain(value: Any) -> Any:
@@ -99,6 +110,25 @@ def _masked(value: Any) -> Any:
 _NOT_YET = object()  # stands in for the root stack until run_in_stack registers the real one
 
 
+def _settled(program: Callable[[], Any]) -> Callable[[], Any]:
+    """`program`, then a wait until every registration and output it started has finished.
+
+    The SDK's own final wait takes the outputs still pending and waits for the first of them to finish, over
+    and over: each round costs the number still pending, and registrations finish a few at a time, so a large
+    program would pay quadratically. Waiting for all pending at once costs each output once. Failed outputs
+    stay where the SDK's wait finds and raises them, as before.
+    """
+    async def run() -> None:
+        result = program()
+        if inspect.isawaitable(result):
+            await result
+        while pending := [task for task in (*settings.SETTINGS.outputs, *settings._get_rpc_manager().rpcs)
+                          if not task.done()]:
+            await asyncio.wait(pending)
+
+    return run
+
+
 def run_program(stack: str, config: dict[str, Any], secret_keys: list[str], program: Callable[[], Any]) -> dict:
     """Run `program` as stack `stack` with this config, under the mock runtime, and return the plan."""
     monitor = RecordingMonitor()
@@ -110,7 +140,7 @@ def run_program(stack: str, config: dict[str, Any], secret_keys: list[str], prog
     pulumi.runtime.set_all_config(
         {key: value if isinstance(value, str) else json.dumps(value) for key, value in config.items()},
         secret_keys)
-    _sync_await(run_in_stack(program))
+    _sync_await(run_in_stack(_settled(program)))
     return {
         "project": PROJECT,
         "stack": stack,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.fleet import fleet_config, measure
+from benchmarks.fleet import HEADER, fleet_config, measure, table_row
 from stacks.config import PROJECT, parse_stack_config
 
 
@@ -20,4 +20,5 @@ def test_smoke_size_renders_diffs_and_checks_a_fleet(tmp_path: Path) -> None:
     row = measure(150, tmp_path)
     assert row["resources"] >= 150
     assert all(row[key] > 0 for key in ("render", "render_floor", "diff", "diff_floor", "check", "check_floor"))
-    assert (tmp_path / "old" / "plan.json").exists() and (tmp_path / "new" / "manifests").is_dir()
+    assert (tmp_path / "old-150" / "plan.json").exists() and (tmp_path / "new-150" / "manifests").is_dir()
+    assert table_row(row).count("|") == HEADER.splitlines()[0].count("|")

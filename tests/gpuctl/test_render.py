@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -160,7 +161,8 @@ def test_a_helm_release_is_in_the_plan_but_writes_no_manifest(rendered) -> None:
     kinds = {m["kind"] for m in load_manifests(out).values()}
 
     assert {(r["name"], r["namespace"]) for r in releases} == {
-        ("gpu-operator", "gpu-operator"), ("node-feature-discovery", "node-feature-discovery")}
+        ("gpu-operator", "gpu-operator"), ("node-feature-discovery", "node-feature-discovery"),
+        ("aws-node-termination-handler", "kube-system"), ("aws-efa-k8s-device-plugin", "kube-system")}
     assert "Release" not in kinds
     assert not any(path.name.startswith("release") for path in (out / "manifests").iterdir())
 
@@ -356,3 +358,21 @@ def test_every_prod_manifest_is_written_as_pyyaml_safe_dump_writes_it(prod_plan)
     objects = manifests(prod_plan.document)
 
     assert objects and all(dump_yaml(m) == yaml.safe_dump(m, sort_keys=False) for m in objects)
+
+
+@pytest.mark.parametrize("tenants", [40, 120])
+def test_the_final_wait_visits_each_output_a_bounded_number_of_times(tenants: int, monkeypatch) -> None:
+    """The runtime waits for the program's outputs all at once: the SDK's own wait, which waits for the first
+    of those pending over and over, visited every output about 270 times whatever the fleet (O(n) per round)."""
+    from benchmarks.fleet import fleet_config
+
+    waited, real_wait = [], asyncio.wait
+
+    async def counting_wait(tasks, *args, **kwargs):
+        waited.append(len(tasks))
+        return await real_wait(tasks, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "wait", counting_wait)
+    plan = render_stack(config=fleet_config(tenants=tenants, pools=2, kernels=2))
+    assert len(plan.resources) > 8 * tenants
+    assert sum(waited) <= 10 * len(plan.resources)
