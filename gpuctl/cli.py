@@ -41,6 +41,65 @@ def add_stack_arguments(parser: argparse.ArgumentParser, *, config_file: bool = 
                         help=f"the registry's .dockerconfigjson, kept secret (or set ${PULL_SECRET_ENV})")
 
 
+FORMATS = ("text", "json", "markdown")
+
+
+def add_format_arguments(parser: argparse.ArgumentParser) -> None:
+    """--format text|json|markdown, and --json as a short form of --format json."""
+    parser.add_argument("--format", choices=FORMATS, default=None,
+                        help="text (default; colour on a terminal), json (steps with old and new values, and the "
+                             "summary as data) or markdown (a GitHub comment)")
+    parser.add_argument("--json", action="store_true", help="the same as --format json")
+
+
+def output_format_of(args: argparse.Namespace) -> str:
+    if args.json and args.format not in (None, "json"):
+        raise ConfigError(f"--json and --format {args.format}: pick one")
+    return "json" if args.json else args.format or "text"
+
+
+EXIT_CODES = """exit codes:
+  0  success{extra}
+  2  bad input: one line on stderr naming the field or file and the fix"""
+
+# The examples and exit codes each subcommand's --help ends with.
+EPILOGS = {
+    "render": """examples:
+  gpuctl render --stack dev --out build/dev --offline
+  gpuctl render --stack prod --out build/prod --observed-nodes nodes.json
+  gpuctl render --config-file ./Pulumi.qa.yaml --stack qa --out build/qa --offline
+
+""" + EXIT_CODES.format(extra="\n  1  a manifest the API server would reject (nothing is written)"),
+    "check": """examples:
+  gpuctl check build/dev
+  gpuctl check build/prod --json --policy-config policy-config.json
+
+""" + EXIT_CODES.format(extra="\n  1  at least one mandatory policy violation"),
+    "diff": """examples:
+  gpuctl diff build/old build/new                    fleet summary, then the resource diff
+  gpuctl diff build/old build/new --diff-only        only the resource diff
+  gpuctl diff build/old build/new --format markdown  a GitHub comment
+  gpuctl diff build/old build/new --format json --observed-nodes nodes.json
+
+""" + EXIT_CODES.format(extra="") + "\n     (also: a change that deletes the driver of a kernel --observed-nodes still run)",
+    "preview": """examples:
+  gpuctl preview --stack prod --base origin/main --offline
+  gpuctl preview --stack prod --base origin/main --offline --format markdown > comment.md
+  gpuctl preview --stack staging --base HEAD --format json --observed-nodes nodes.json
+
+""" + EXIT_CODES.format(extra="\n  1  a mandatory policy violation (the report is still printed)")
+    + "\n     (also: a driver image missing from its registry; the report is printed first)",
+}
+
+
+def add_epilogs(commands: Any) -> None:
+    """Give each registered subcommand its examples and exit codes, printed as written."""
+    for name, parser in commands.choices.items():
+        if name in EPILOGS:
+            parser.epilog = EPILOGS[name]
+            parser.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
 def project_root(start: Path | None = None) -> Path:
     """The nearest folder from `start` (the working folder) up holding this project's Pulumi.yaml, else ROOT."""
     here = (start or Path.cwd()).resolve()

@@ -12,27 +12,34 @@ from typing import Any
 from deepdiff import DeepDiff
 from deepdiff.helper import NotPresent
 from rich.console import Console
-from rich.markup import escape
 
 from components import labels
-from gpuctl.cli import OK, load_plan, observed_nodes
+from gpuctl.cli import OK, add_format_arguments, load_plan, observed_nodes, output_format_of
 from gpuctl.replacements import replace_reasons
 from stacks.config import ConfigError
 from fleet.catalog import NODE_OSES
 from fleet.kernels import KernelTarget, ObservedNode
 
 SYMBOLS = {"create": "+", "update": "~", "replace": "+-", "delete": "-"}
-COLOURS = {"create": "green", "update": "yellow", "replace": "magenta", "delete": "red"}
 NVIDIA_DRIVER = "kubernetes:nvidia.com/v1alpha1:NVIDIADriver"
 
 
 @dataclass(frozen=True)
 class Change:
-    """One property that differs: its dotted path and both values (absent values are None)."""
+    """One property that differs: its dotted path (list indices, as the engine and the replace rules name it),
+    the same path with list elements named by their key (`env[DRIVER_VERSION]`), and both values (absent is None)."""
 
     path: str
     old: Any
     new: Any
+    label: str = ""
+
+    @property
+    def named(self) -> str:
+        return self.label or self.path
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "name": self.named, "old": self.old, "new": self.new}
 
 
 @dataclass
@@ -44,10 +51,21 @@ class Step:
     changes: list[Change] = field(default_factory=list)
     replace_reasons: list[str] = field(default_factory=list)
 
+    old: dict[str, Any] | None = None  # the resource as the base plan has it (None for a create)
+
+    @property
+    def new(self) -> dict[str, Any] | None:
+        """The resource as the head plan has it (None for a delete)."""
+        return None if self.op == "delete" else self.resource
+
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "urn": self.resource["urn"], "type": self.resource["type"],
-                "name": self.resource["name"], "diffs": [change.path for change in self.changes],
-                "replaceReasons": self.replace_reasons}
+                "name": self.resource["name"], "object": object_name(self.resource),
+                "diffs": [change.path for change in self.changes],
+                "detailedDiff": [change.to_json() for change in self.changes],
+                "replaceReasons": self.replace_reasons,
+                "old": self.old["inputs"] if self.old else None,
+                "new": self.new["inputs"] if self.new else None}
 
 
 @dataclass
@@ -75,6 +93,58 @@ def dotted(path: list[Any]) -> str:
     return text
 
 
+# The field that names an element of a list, in the order tried: containers, env, volumes and ports by name,
+# tags and tolerations by key. Used only when every element of that list has a distinct value for it.
+ELEMENT_KEYS = ("name", "key", "resourceType", "deviceName", "mountPath", "apiGroup")
+
+
+def _element_name(items: list[Any], index: int) -> str:
+    """`[name]` for a list element with a unique identifying field, else `[index]`."""
+    element = items[index] if index < len(items) else None
+    if isinstance(element, dict):
+        for field_name in ELEMENT_KEYS:
+            value = element.get(field_name)
+            if isinstance(value, str) and value and sum(
+                    isinstance(item, dict) and item.get(field_name) == value for item in items) == 1:
+                return f"[{value}]"
+    return f"[{index}]"
+
+
+def named_path(path: list[Any], old: Any, new: Any) -> str:
+    """The dotted path with each list index replaced by the element's name or key where it has one."""
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            source = new if isinstance(new, list) and part < len(new) else old
+            text += _element_name(source, part) if isinstance(source, list) else f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+        old = _child(old, part)
+        new = _child(new, part)
+    return text
+
+
+def _child(value: Any, part: Any) -> Any:
+    if isinstance(part, int) and isinstance(value, list):
+        return value[part] if part < len(value) else None
+    if isinstance(value, dict):
+        return value.get(part)
+    return None
+
+
+def object_name(resource: dict[str, Any]) -> str:
+    """The name the cluster or the cloud knows: `namespace/name` of a Kubernetes object, a Helm release's
+    `namespace/name`, an AWS resource's `name`; empty when the inputs name nothing."""
+    inputs = resource.get("inputs") or {}
+    meta = inputs.get("metadata") if isinstance(inputs.get("metadata"), dict) else None
+    if meta and meta.get("name"):
+        return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta["name"])
+    name = inputs.get("name")
+    if isinstance(name, str) and name:
+        return f"{inputs['namespace']}/{name}" if isinstance(inputs.get("namespace"), str) else name
+    return ""
+
+
 def _covers(prefix: str, path: str) -> bool:
     return path == prefix or path.startswith((f"{prefix}.", f"{prefix}["))
 
@@ -94,11 +164,12 @@ def _changes(old: dict[str, Any], new: dict[str, Any], ignore: list[str]) -> lis
     changes = []
     for items in DeepDiff(old, new, view="tree").values():
         for item in items:
-            path = dotted(item.path(output_format="list"))
+            parts = item.path(output_format="list")
+            path = dotted(parts)
             if any(_covers(ignored, path) for ignored in ignore):
                 continue
             changes.append(Change(path, None if isinstance(item.t1, NotPresent) else item.t1,
-                                  None if isinstance(item.t2, NotPresent) else item.t2))
+                                  None if isinstance(item.t2, NotPresent) else item.t2, named_path(parts, old, new)))
     return sorted(changes, key=lambda change: change.path)
 
 
@@ -143,10 +214,10 @@ def diff_plans(old: dict[str, Any], new: dict[str, Any]) -> PlanDiff:
             same += 1
             continue
         reasons = _replace_reasons(resource, changes)
-        steps.append(Step("replace" if reasons else "update", resource, changes, reasons))
+        steps.append(Step("replace" if reasons else "update", resource, changes, reasons, before))
     # Deletes run last, dependents before what they depend on.
     if any(_key(urn) not in new_keys for urn in old_by_urn):  # ordering the old graph costs: only when needed
-        steps += [Step("delete", old_by_urn[urn]) for urn in reversed(_order(old)) if urn in old_by_urn
+        steps += [Step("delete", old_by_urn[urn], old=old_by_urn[urn]) for urn in reversed(_order(old)) if urn in old_by_urn
                   and _key(urn) not in new_keys]
     return PlanDiff(steps, same, {**old_by_urn, **new_by_urn})
 
@@ -171,60 +242,26 @@ def refuse_driver_removal(diff: PlanDiff, observed: list[ObservedNode]) -> None:
                 f"{target.kernel} ({target.os}), which nodes still run: {', '.join(sorted(nodes))}; {fix}")
 
 
-def _value(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True) if value is not None else "(absent)"
-    return text if len(text) <= 120 else f"{text[:117]}..."
-
-
-def print_diff(diff: PlanDiff, console: Console) -> None:
-    """The human view: changed resources under their components, property changes, and a summary."""
-
-    def ancestors(urn: str | None) -> list[str]:
-        chain = []
-        while urn in diff.parents:
-            chain.append(urn)
-            urn = diff.parents[urn]["parent"]
-        return chain[::-1]
-
-    shown: list[str] = []
-    for step in diff.steps:
-        chain = ancestors(step.resource["parent"])
-        common = next((i for i, (a, b) in enumerate(zip(chain, shown)) if a != b), min(len(chain), len(shown)))
-        for depth, urn in enumerate(chain[common:], start=common):
-            component = diff.parents[urn]
-            console.print(f"    {'  ' * depth}{escape(component['type'])}  {escape(component['name'])}")
-        shown = chain
-        symbol, colour, indent = SYMBOLS[step.op], COLOURS[step.op], "  " * len(chain)
-        console.print(f"[{colour}]{symbol:<4}{indent}{escape(step.resource['type'])}  "
-                      f"{escape(step.resource['name'])}  {step.op}[/{colour}]")
-        for change in step.changes:
-            mark = "+-" if change.path in step.replace_reasons else "~"
-            console.print(f"[{colour}]    {indent}    {mark} {escape(change.path)}: {escape(_value(change.old))} => "
-                          f"{escape(_value(change.new))}[/{colour}]")
-    summary = diff.summary()
-    console.print("Resources:")
-    for op, verb in (("create", "to create"), ("update", "to update"), ("replace", "to replace"),
-                     ("delete", "to delete")):
-        if summary[op]:
-            console.print(f"    [{COLOURS[op]}]{SYMBOLS[op]} {summary[op]} {verb}[/{COLOURS[op]}]")
-    changes = len(diff.steps)
-    console.print(f"    {changes} change{'s' if changes != 1 else ''}. {summary['same']} unchanged"
-                  if changes else f"    {summary['same']} unchanged")
-
-
 def console() -> Console:
     """Colour on a terminal, plain text in CI and pipes."""
     return Console(highlight=False, soft_wrap=True)
 
 
 def run(args: argparse.Namespace) -> int:
+    from gpuctl import report, summary
+
     old, new = load_plan(args.old), load_plan(args.new)
     diff = diff_plans(old, new)
     refuse_driver_removal(diff, observed_nodes(args.observed_nodes) or [])
-    if args.json:
-        print(json.dumps(diff.to_json(), indent=2))
+    review = report.Review(new.get("stack", ""), None, diff,
+                           summary.summarize(old, new, diff, offline=args.observed_nodes is None))
+    output_format = output_format_of(args)
+    if output_format == "json":
+        print(json.dumps(report.to_json(review), indent=2))
+    elif output_format == "markdown":
+        print(report.to_markdown(review), end="")
     else:
-        print_diff(diff, console())
+        report.print_diff(diff, console()) if args.diff_only else report.print_text(review, console())
     return OK
 
 
@@ -232,8 +269,7 @@ def register(commands) -> None:
     parser = commands.add_parser("diff", help="what would change between two rendered plans")
     parser.add_argument("old", metavar="OLD_DIR")
     parser.add_argument("new", metavar="NEW_DIR")
-    parser.add_argument("--json", action="store_true", help="steps and changeSummary, as `pulumi preview --json`")
+    add_format_arguments(parser)
+    parser.add_argument("--diff-only", action="store_true", help="text: the resource diff without the fleet summary")
     parser.add_argument("--observed-nodes", help="refuse to delete the driver of a kernel these nodes still run")
     parser.set_defaults(run=run)
-
-

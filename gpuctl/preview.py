@@ -7,17 +7,18 @@ import json
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from gpuctl import check
+from gpuctl import check, report, summary
 from gpuctl import diff as plan_diff
-from gpuctl.cli import OK, ROOT, VIOLATION, add_stack_arguments, empty_plan, observed_nodes, stack_file
-from gpuctl.render import preflight, render_plan
+from gpuctl.cli import (OK, ROOT, VIOLATION, add_format_arguments, add_stack_arguments, empty_plan, observed_nodes,
+                        output_format_of, stack_file)
+from gpuctl.render import render_plan
 from gpuctl.stackfile import stack_file_path
 from fleet.kernels import KernelTarget
 from stacks.config import ConfigError
+from stacks.preflight import PreflightError, RegistryUnreachable, check_driver_images
 
 
 def _git(*args: str, cwd: Path = ROOT) -> str:
@@ -73,31 +74,47 @@ def new_driver_images(old: dict[str, Any], new: dict[str, Any]) -> dict[str, str
             if before.get(key) != image}
 
 
+def preflight_images(plan: dict[str, Any], offline: bool) -> tuple[str, dict[str, str], ConfigError | None]:
+    """The driver image preflight: what happened (one line), each image's status, and the error that stops the
+    command once the report is shown (a missing image), if any."""
+    images = {KernelTarget(*key.split("/", 1)): image for key, image in plan["outputs"]["driverImages"].items()}
+    distinct = set(images.values())
+    if offline:
+        return "skipped (--offline)", dict.fromkeys(distinct, summary.SKIPPED), None
+    try:
+        check_driver_images(images)
+    except RegistryUnreachable as error:
+        return f"not verified: {error}", dict.fromkeys(distinct, summary.NOT_VERIFIED), None
+    except PreflightError as error:  # the message names every missing image as "<image> for kernel ..."
+        named = {image for image in distinct if f"{image} for " in str(error)}
+        return (f"failed: {error}", {image: summary.MISSING if image in named else
+                                     summary.VERIFIED if named else summary.NOT_VERIFIED for image in distinct},
+                error)
+    return f"passed ({len(distinct)} driver images found)", dict.fromkeys(distinct, summary.VERIFIED), None
+
+
 def run(args: argparse.Namespace) -> int:
+    output_format = output_format_of(args)
     observed = observed_nodes(args.observed_nodes)
     old = render_at(args.base, args.stack, args.observed_nodes) if args.base else empty_plan(args.stack)
     new = render_plan(stack_file(args), observed, online=not args.offline, previous=base_kernels(old))
-    checked = preflight(new, args.offline)
+    checked, statuses, missing = preflight_images(new, args.offline)
     changes = plan_diff.diff_plans(old, new)
     plan_diff.refuse_driver_removal(changes, observed or [])
     violations = check.check_plan(new, check.read_policy_config(args.policy_config))
     outcome = VIOLATION if check.has_mandatory(violations) else OK
-    if args.json:
-        print(json.dumps({**changes.to_json(), "policyViolations": [asdict(v) for v in violations],
-                          "preflight": checked, "keptDrivers": new["outputs"].get("keptKernels", []),
-                          "newDriverImages": new_driver_images(old, new)}, indent=2))
-        return outcome
-    console = plan_diff.console()
-    base = f"against {args.base}" if args.base else "as a new deployment"
-    console.print(f"Previewing stack {args.stack} {base}:")
-    plan_diff.print_diff(changes, console)
-    for key, image in new_driver_images(old, new).items():
-        console.print(f"new driver image for {key}: {image}")
-    for line in kept_note(new):
-        console.print(line)
-    console.print("Policies:")
-    check.print_report(violations, len(new["resources"]), console)
-    console.print(f"Driver image preflight: {checked}")
+    review = report.Review(
+        args.stack, args.base, changes,
+        summary.summarize(old, new, changes, preflight=statuses, offline=args.offline and observed is None),
+        violations, len(new["resources"]), checked, kept_note(new), new_driver_images(old, new))
+    if output_format == "json":
+        print(json.dumps(report.to_json(review), indent=2))
+    elif output_format == "markdown":
+        print(report.to_markdown(review), end="")
+    else:
+        report.print_text(review, plan_diff.console())
+    if missing is not None:
+        raise missing
     return outcome
 
 
@@ -105,7 +122,7 @@ def register(commands) -> None:
     parser = commands.add_parser("preview", help="render + diff against a git ref + policies: the PR view")
     add_stack_arguments(parser, config_file=False)
     parser.add_argument("--base", metavar="GIT_REF", help="diff against the stack as it is at this ref")
-    parser.add_argument("--json", action="store_true", help="as `pulumi preview --json`")
+    add_format_arguments(parser)
     parser.add_argument("--offline", action="store_true", help="skip the registry preflight and live discovery")
     parser.add_argument("--policy-config", metavar="FILE", help="policy pack config (JSON), as for `gpuctl check`")
     parser.set_defaults(run=run)

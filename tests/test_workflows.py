@@ -160,8 +160,9 @@ def test_offline_preview_posts_one_sticky_comment_per_stack_then_fails_on_a_bad_
     assert job["permissions"] == {"contents": "read", "pull-requests": "write"}
     assert job["strategy"]["fail-fast"] is False, "one stack's failure must not hide the others' comments"
 
-    run_step, _ = gpuctl_preview(job)
+    run_step, arguments = gpuctl_preview(job)
     assert "set +e" in run_step["run"] and "exit-code=" in run_step["run"], "the exit code is captured"
+    assert option(arguments, "--format") == "markdown", "the comment is gpuctl's own Markdown"
 
     comments = steps_using(job, "marocchino/sticky-pull-request-comment")
     assert len(comments) == 1
@@ -169,7 +170,9 @@ def test_offline_preview_posts_one_sticky_comment_per_stack_then_fails_on_a_bad_
     assert "${{ matrix.stack }}" in comment["with"]["header"], "one sticky comment per stack"
     assert comment["if"].startswith("always()"), "the comment is posted when the preview fails too"
     composed = next(step for step in job["steps"] if comment["with"]["path"] in step.get("run", ""))
-    assert "```diff" in composed["run"]
+    assert "comment.md" in composed["run"], "the comment holds the preview's Markdown"
+    assert composed["if"].startswith("always()")
+    assert '>> "$GITHUB_STEP_SUMMARY"' in composed["run"], "forks, which get no comment, see it in the job summary"
 
     failing = job["steps"][-1]
     assert re.search(r"exit-code != '0'", failing["if"]) and "exit" in failing["run"]

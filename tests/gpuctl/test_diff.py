@@ -125,6 +125,7 @@ def rendered_pair(tmp_path_factory):
     write_render(render_stack("prod").document, base / "old")
     config = stack_config("prod")
     config["gpu-platform:nodePools"][0]["replicas"] = 9
+    config["gpu-platform:nodePools"][0]["maxReplicas"] = 20
     config["gpu-platform:tenants"].append({"name": "speech", "gpus": 0})
     write_render(render_stack("prod", config).document, base / "new")
     return base
@@ -138,11 +139,18 @@ def test_cli_json_mirrors_pulumi_preview(rendered_pair):
     result = gpuctl("diff", str(rendered_pair / "old"), str(rendered_pair / "new"), "--json")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert set(document) == {"steps", "changeSummary"}
+    assert set(document) == {"steps", "changeSummary", "summary"}
     assert set(document["changeSummary"]) == {"create", "update", "replace", "delete", "same"}
     update = next(step for step in document["steps"] if step["op"] == "update")
-    assert update == {"op": "update", "urn": update["urn"], "type": "aws:autoscaling/group:Group",
-                      "name": "pool-l4-inference-asg", "diffs": ["desiredCapacity"], "replaceReasons": []}
+    assert {key: update[key] for key in ("op", "type", "name", "object", "diffs", "replaceReasons")} == {
+        "op": "update", "type": "aws:autoscaling/group:Group", "name": "pool-l4-inference-asg",
+        "object": "prod-gpu-gpu-l4-inference", "diffs": ["maxSize"], "replaceReasons": []}
+    assert update["detailedDiff"] == [{"path": "maxSize", "name": "maxSize", "old": 16, "new": 20}]
+    assert (update["old"]["maxSize"], update["new"]["maxSize"]) == (16, 20)
+    [l4] = [pool for pool in document["summary"]["pools"] if pool["name"] == "l4-inference"]
+    assert (l4["before"]["nodes"], l4["after"]["nodes"]) == (8, 9)
+    assert document == json.loads(gpuctl("diff", str(rendered_pair / "old"), str(rendered_pair / "new"),
+                                         "--format", "json").stdout)
     assert document["changeSummary"]["update"] == 1 and document["changeSummary"]["create"] > 1
 
 
@@ -150,9 +158,27 @@ def test_cli_human_view_is_plain_text_in_a_pipe(rendered_pair):
     result = gpuctl("diff", str(rendered_pair / "old"), str(rendered_pair / "new"))
     assert result.returncode == 0, result.stderr
     assert "\x1b[" not in result.stdout
-    assert "~ desiredCapacity: 8 => 9" in result.stdout
+    assert "~ maxSize: 16 => 20" in result.stdout
+    assert "config size 8 -> 9, but the autoscaler owns the live count" in result.stdout
     assert "+   " in result.stdout and "Resources:" in result.stdout
     assert result.stdout.rstrip().endswith("unchanged")
+    assert result.stdout.index("Fleet:") < result.stdout.index("Changes:")
+    assert "pool l4-inference: g6.xlarge, 8 -> 9 nodes, 8 -> 9 GPUs" in result.stdout
+    only = gpuctl("diff", str(rendered_pair / "old"), str(rendered_pair / "new"), "--diff-only")
+    assert "Fleet:" not in only.stdout and "~ maxSize: 16 => 20" in only.stdout
+
+
+def test_cli_json_and_another_format_conflict(rendered_pair):
+    result = gpuctl("diff", str(rendered_pair / "old"), str(rendered_pair / "new"), "--json", "--format", "text")
+    assert result.returncode == 2 and "pick one" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["render", "check", "diff", "preview"])
+def test_each_command_help_gives_examples_and_exit_codes(command):
+    result = gpuctl(command, "--help")
+    assert result.returncode == 0
+    assert f"examples:\n  gpuctl {command} " in result.stdout
+    assert "exit codes:\n  0  success" in result.stdout and "  2  bad input" in result.stdout
 
 
 def test_cli_missing_plan_is_bad_input(tmp_path):

@@ -80,6 +80,19 @@ def test_kernel_upgrade_against_head_creates_the_driver_then_updates_the_pool(ed
     assert f'~ tags.gpu-platform.io/kernel: "{OLD_KERNEL}" => "{NEW_KERNEL}"' in human.stdout
     assert "Driver image preflight: skipped (--offline)" in human.stdout
     assert "kept:" not in human.stdout
+    # The fleet summary comes first: the pool, its counts, both kernels, the roll, the new driver image.
+    assert human.stdout.index("Fleet:") < human.stdout.index("Changes:")
+    assert (f"pool l4-inference: g6.xlarge, 8 nodes, 8 GPUs, ubuntu22.04 {OLD_KERNEL} -> ubuntu22.04 {NEW_KERNEL}"
+            in human.stdout)
+    assert "roll: instance refresh of 8 nodes: 90% stay healthy, so 1 node (1 GPU) at a time" in human.stdout
+    assert (f"ubuntu22.04/{NEW_KERNEL}: driver new, image nvcr.io/nvidia/driver:580-{NEW_KERNEL}-ubuntu22.04, "
+            "preflight skipped (--offline)") in human.stdout
+    assert "the driver stays while any node runs it (a10g-batch still boots it)" in human.stdout
+
+    markdown = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline", "--format", "markdown")
+    assert markdown.returncode == 0, markdown.stderr
+    assert markdown.stdout.startswith("### `gpuctl preview`: stack `prod` against `HEAD`")
+    assert "```mermaid\nflowchart TD" in markdown.stdout and "<details>" in markdown.stdout
 
 
 def test_a_kernel_leaving_the_config_keeps_its_driver_and_says_so(edit_prod):

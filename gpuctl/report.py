@@ -1,0 +1,469 @@
+"""The review of a change in three formats: text (terminal and logs), JSON (tools), Markdown (a GitHub comment).
+
+Each shows the fleet summary first, then the diff: resources under one header per component, property paths
+named by their list keys, multi-line values as line diffs, and the key fields of what is created.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import difflib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from gpuctl.diff import SYMBOLS, Change, PlanDiff, Step, object_name
+from gpuctl.summary import FleetSummary, KernelChange, PoolChange, PoolState
+
+COLOURS = {"create": "green", "update": "yellow", "replace": "magenta", "delete": "red"}
+FORMATS = ("text", "json", "markdown")
+COMMENT_LIMIT = 65536  # GitHub's limit on a comment body, in characters
+MERMAID_NODES = 50
+LONG_VALUE = 160  # a single-line value longer than this shows a window around its first difference
+# Fields shown under a create, where present: what it runs, where, and how big.
+KEY_FIELDS = (
+    "spec.repository", "spec.image", "spec.version", "spec.usePrecompiled", "spec.nodeSelector", "spec.replicas",
+    "spec.minReplicas", "spec.maxReplicas", "spec.hard", "spec.template.spec.providerSpec.value.instanceType",
+    "spec.template.spec.providerSpec.value.ami.id", "spec.template.spec.nodeSelector", "chart", "version",
+    "instanceType", "imageId", "desiredCapacity", "minSize", "maxSize", "value",
+)
+BASE64_FIELDS = ("userData",)  # base64 text the provider sends as is: shown decoded, as a line diff
+
+
+@dataclass
+class Review:
+    """Everything one review shows."""
+
+    stack: str
+    base: str | None
+    diff: PlanDiff
+    summary: FleetSummary
+    violations: list[Any] | None = None  # check.Violation; None when policies did not run (`gpuctl diff`)
+    resources: int = 0
+    preflight: str | None = None
+    kept: list[str] = field(default_factory=list)
+    new_images: dict[str, str] = field(default_factory=dict)
+
+
+# -- values ------------------------------------------------------------------------------------------------------
+
+
+def _json(value: Any) -> str:
+    return "(absent)" if value is None else json.dumps(value, sort_keys=True)
+
+
+def value_pair(old: Any, new: Any) -> tuple[str, str]:
+    """Both values as JSON; long ones cut to a window around their first difference, so they never look equal."""
+    before, after = _json(old), _json(new)
+    if max(len(before), len(after)) <= LONG_VALUE:
+        return before, after
+    start = next((i for i, (a, b) in enumerate(zip(before, after)) if a != b), min(len(before), len(after)))
+    lo = max(0, start - 40)
+
+    def window(text: str) -> str:
+        piece = text[lo:lo + LONG_VALUE - 40]
+        return f"{'...' if lo else ''}{piece}{'...' if lo + LONG_VALUE - 40 < len(text) else ''}"
+
+    return window(before), window(after)
+
+
+def _decoded(change: Change) -> tuple[Any, Any]:
+    """A base64 field's values decoded to text where they are base64 of UTF-8 text."""
+    if change.path.split(".")[-1] not in BASE64_FIELDS:
+        return change.old, change.new
+
+    def decode(value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return base64.b64decode(value, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return value
+
+    return decode(change.old), decode(change.new)
+
+
+def line_diff(old: Any, new: Any) -> list[str] | None:
+    """The changed lines (with one line of context) of a multi-line string value; None for other values."""
+    if not any(isinstance(value, str) and "\n" in value for value in (old, new)):
+        return None
+    before = old.splitlines() if isinstance(old, str) else []
+    after = new.splitlines() if isinstance(new, str) else []
+    lines = []
+    for line in list(difflib.unified_diff(before, after, n=1, lineterm=""))[2:]:
+        lines.append(line if not line.startswith("@@") else "...")
+    return lines
+
+
+def change_lines(change: Change) -> list[str]:
+    """One change, as lines: `path: old => new`, or `path:` and its line diff."""
+    old, new = _decoded(change)
+    lines = line_diff(old, new)
+    if lines is not None:
+        return [f"{change.named}:"] + [f"    {line}" for line in lines]
+    before, after = value_pair(old, new)
+    return [f"{change.named}: {before} => {after}"]
+
+
+def _at(inputs: Any, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(inputs, dict) or part not in inputs:
+            return None
+        inputs = inputs[part]
+    return inputs
+
+
+def _images(value: Any, path: str = "") -> list[tuple[str, str]]:
+    """(named path, image) of every container image in the inputs."""
+    found = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else key
+            if key == "image" and isinstance(item, str) and ("/" in item or ":" in item):
+                found.append((where, item))
+            else:
+                found += _images(item, where)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            name = item.get("name") if isinstance(item, dict) else None
+            found += _images(item, f"{path}[{name if isinstance(name, str) else index}]")
+    return found
+
+
+def key_fields(resource: dict[str, Any]) -> list[str]:
+    """The lines shown under a create: images, node selectors and sizes."""
+    inputs = resource["inputs"]
+    lines = [f"{path}: {_json(value)}" for path, value in ((p, _at(inputs, p)) for p in KEY_FIELDS)
+             if value is not None and not (path == "value" and resource["type"].startswith("aws:"))]
+    lines += [f"{path}: {image}" for path, image in _images(inputs) if path not in KEY_FIELDS]
+    return lines
+
+
+# -- the diff, as text -------------------------------------------------------------------------------------------
+
+
+def _ancestors(diff: PlanDiff, urn: str | None) -> list[str]:
+    chain = []
+    while urn in diff.parents:
+        chain.append(urn)
+        urn = diff.parents[urn]["parent"]
+    return chain[::-1]
+
+
+def display_order(diff: PlanDiff) -> list[tuple[list[str], Step]]:
+    """Steps with their component chains, grouped so each component's steps are together (its header shows
+    once; a component that is itself created or deleted is its own header), components in the order their
+    first step applies, steps in apply order within a component."""
+    chains = [_ancestors(diff, step.resource["parent"]) for step in diff.steps]
+    components = {urn for chain in chains for urn in chain}
+    groups = [chain + [step.resource["urn"]] if step.resource["urn"] in components else chain
+              for chain, step in zip(chains, diff.steps)]
+    first: dict[str, int] = {}
+    for index, group in enumerate(groups):
+        for urn in group:
+            first.setdefault(urn, index)
+    order = sorted(range(len(diff.steps)), key=lambda i: ([first[urn] for urn in groups[i]],
+                                                          len(groups[i]) == len(chains[i]), i))
+    return [(chains[i], diff.steps[i]) for i in order]
+
+
+def resource_title(step: Step) -> str:
+    name = object_name(step.resource)
+    return f"{step.resource['type']}  {step.resource['name']}" + (f"  ({name})" if name and name != step.resource[
+        "name"] else "")
+
+
+def diff_lines(diff: PlanDiff) -> list[tuple[str, str]]:
+    """(op or "", line) for the diff: component headers, resources, their changes, and the change summary."""
+    out: list[tuple[str, str]] = []
+    shown: list[str] = []
+    for chain, step in display_order(diff):
+        common = next((i for i, (a, b) in enumerate(zip(chain, shown)) if a != b), min(len(chain), len(shown)))
+        for depth, urn in enumerate(chain[common:], start=common):
+            component = diff.parents[urn]
+            out.append(("", f"    {'  ' * depth}{component['type']}  {component['name']}"))
+        shown = chain + [step.resource["urn"]]  # a component step heads its own children
+        indent = "  " * len(chain)
+        out.append((step.op, f"{SYMBOLS[step.op]:<4}{indent}{resource_title(step)}  {step.op}"))
+        if step.op == "create":
+            out += [(step.op, f"    {indent}    {line}") for line in key_fields(step.resource)]
+        for change in step.changes:
+            mark = "+-" if change.path in step.replace_reasons else "~"
+            first, *rest = change_lines(change)
+            out.append((step.op, f"    {indent}    {mark} {first}"))
+            out += [(step.op, f"    {indent}      {line}") for line in rest]
+    summary = diff.summary()
+    out.append(("", "Resources:"))
+    for op, verb in (("create", "to create"), ("update", "to update"), ("replace", "to replace"),
+                     ("delete", "to delete")):
+        if summary[op]:
+            out.append((op, f"    {SYMBOLS[op]} {summary[op]} {verb}"))
+    changes = len(diff.steps)
+    out.append(("", f"    {changes} change{'s' if changes != 1 else ''}. {summary['same']} unchanged"
+                if changes else f"    {summary['same']} unchanged"))
+    return out
+
+
+def print_diff(diff: PlanDiff, console: Console) -> None:
+    for op, line in diff_lines(diff):
+        console.print(f"[{COLOURS[op]}]{escape(line)}[/{COLOURS[op]}]" if op else escape(line))
+
+
+# -- the summary, as rows ----------------------------------------------------------------------------------------
+
+
+def _arrow(before: Any, after: Any, absent: str = "-") -> str:
+    before = absent if before is None else before
+    after = absent if after is None else after
+    return str(after) if before == after else f"{before} -> {after}"
+
+
+def _os_kernel(state: PoolState | None, release: str | None) -> str:
+    if state is None:
+        return None
+    if state.kernel:
+        return f"{state.os} {state.kernel}"
+    return f"release {release}" if release else "release kernel"
+
+
+def pool_row(pool: PoolChange, summary: FleetSummary) -> dict[str, str]:
+    before, after = pool.before, pool.after
+    either = after or before
+    return {
+        "pool": pool.name + (" (new)" if before is None else " (removed)" if after is None else ""),
+        "instance": _arrow(before and before.instance_type, after and after.instance_type),
+        "nodes": _arrow(before and before.nodes, after and after.nodes, "0"),
+        "GPUs": _arrow(before and before.gpus, after and after.gpus, "0"),
+        "OS / kernel": _arrow(_os_kernel(before, summary.release_before), _os_kernel(after, summary.release_after)),
+        "roll": pool.roll,
+    } if either else {}
+
+
+def kernel_row(kernel: KernelChange) -> dict[str, str]:
+    return {"kernel": kernel.key, "driver": kernel.change, "image": kernel.image or "-",
+            "preflight": kernel.preflight, "pools": _arrow(", ".join(kernel.pools_before) or None,
+                                                          ", ".join(kernel.pools_after) or None),
+            "note": kernel.note}
+
+
+def tenant_rows(summary: FleetSummary) -> tuple[list[dict[str, str]], int]:
+    """Changed tenants, and how many are unchanged."""
+    rows, same = [], 0
+    for tenant in summary.tenants:
+        if tenant.gpus_before == tenant.gpus_after and tenant.priority_before == tenant.priority_after:
+            same += 1
+            continue
+        state = "added" if tenant.gpus_before is None else "removed" if tenant.gpus_after is None else "changed"
+        rows.append({"tenant": tenant.name, "namespace": tenant.namespace, "change": state,
+                     "GPU quota": _arrow(tenant.gpus_before, tenant.gpus_after),
+                     "priority class": _arrow(tenant.priority_before, tenant.priority_after)})
+    return rows, same
+
+
+def capacity_rows(summary: FleetSummary) -> list[dict[str, str]]:
+    capacity = summary.capacity
+    rows = [{"": "GPUs in the pools", "value": _arrow(capacity.gpus_before, capacity.gpus_after)},
+            {"": "sum of tenant GPU quotas", "value": _arrow(capacity.quota_before, capacity.quota_after)}]
+    if capacity.sharing_before or capacity.sharing_after:
+        rows.append({"": "time-slicing: pods per GPU", "value": _arrow(capacity.sharing_before or "off",
+                                                                       capacity.sharing_after or "off")})
+    after = capacity.gpus_after * (capacity.sharing_after or 1)
+    rows.append({"": "quota / schedulable GPUs", "value": f"{capacity.quota_after} / {after}"
+                 + (" (over capacity)" if capacity.quota_after > after else "")})
+    return rows
+
+
+# -- text --------------------------------------------------------------------------------------------------------
+
+
+def summary_lines(summary: FleetSummary) -> list[str]:
+    lines = ["Fleet:"]
+    if summary.release_before != summary.release_after and summary.release_after:
+        lines.append(f"  OpenShift release: {_arrow(summary.release_before, summary.release_after)}")
+    for pool in summary.pools:
+        row = pool_row(pool, summary)
+        lines.append(f"  pool {row['pool']}: {row['instance']}, {row['nodes']} nodes, {row['GPUs']} GPUs, "
+                     f"{row['OS / kernel']}")
+        lines.append(f"    roll: {row['roll']}")
+    lines.append("Kernels and drivers:")
+    for kernel in summary.kernels:
+        row = kernel_row(kernel)
+        lines.append(f"  {row['kernel']}: driver {row['driver']}, image {row['image']}, preflight {row['preflight']}"
+                     f", pools {row['pools']}" + (f"; {row['note']}" if row["note"] else ""))
+    rows, same = tenant_rows(summary)
+    lines.append("Tenants:" + ("" if rows else f" {same} unchanged"))
+    for row in rows:
+        lines.append(f"  {row['tenant']} (namespace {row['namespace']}): {row['change']}, GPU quota "
+                     f"{row['GPU quota']}, {row['priority class']}")
+    if rows and same:
+        lines.append(f"  {same} unchanged")
+    lines.append("Capacity:")
+    lines += [f"  {row['']}: {row['value']}" for row in capacity_rows(summary)]
+    lines.append("Destructive:" + ("" if summary.destructive else " nothing"))
+    for item in summary.destructive:
+        lines.append(f"  ! {item.what}: takes away {item.takes_away}" + (f"; {item.engine}" if item.engine else ""))
+    if summary.unknowns:
+        lines.append("Depends on live state not read:")
+        lines += [f"  ? {line}" for line in summary.unknowns]
+    if summary.engine_notes:
+        lines.append("Where pulumi up may differ:")
+        lines += [f"  * {line}" for line in summary.engine_notes]
+    return lines
+
+
+def print_text(review: Review, console: Console) -> None:
+    """The terminal and log view: summary, diff, driver notes, policies, preflight."""
+    from gpuctl import check
+
+    base = f"against {review.base}" if review.base else "as a new deployment"
+    console.print(f"Previewing stack {escape(review.stack)} {escape(base)}:")
+    for line in summary_lines(review.summary):
+        console.print(escape(line), style="bold red" if line.startswith("  !") else None)
+    console.print("Changes:")
+    print_diff(review.diff, console)
+    for key, image in review.new_images.items():
+        console.print(escape(f"new driver image for {key}: {image}"))
+    for line in review.kept:
+        console.print(escape(line))
+    if review.violations is not None:
+        console.print("Policies:")
+        check.print_report(review.violations, review.resources, console)
+    if review.preflight is not None:
+        console.print(escape(f"Driver image preflight: {review.preflight}"))
+
+
+# -- JSON --------------------------------------------------------------------------------------------------------
+
+
+def to_json(review: Review) -> dict[str, Any]:
+    document = {**review.diff.to_json(), "summary": review.summary.to_json()}
+    if review.violations is not None:
+        document["policyViolations"] = [asdict(v) for v in review.violations]
+    if review.preflight is not None:
+        document.update(preflight=review.preflight, keptDrivers=[
+            kernel.key for kernel in review.summary.kernels if kernel.change == "kept"],
+            newDriverImages=review.new_images)
+    return document
+
+
+# -- Markdown ----------------------------------------------------------------------------------------------------
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("<", "&lt;") or " "
+
+
+def table(rows: list[dict[str, str]]) -> list[str]:
+    if not rows:
+        return []
+    columns = list(rows[0])
+    return ([f"| {' | '.join(_cell(column) for column in columns)} |", f"|{'---|' * len(columns)}"]
+            + [f"| {' | '.join(_cell(row[column]) for column in columns)} |" for row in rows])
+
+
+def _mermaid_label(step: Step) -> str:
+    kind = step.resource["type"].rsplit(":", 1)[-1]
+    name = object_name(step.resource) or step.resource["name"]
+    return f"{SYMBOLS[step.op]} {kind} {name}".replace('"', "#quot;")
+
+
+def apply_edges(diff: PlanDiff, shown: set[str]) -> list[tuple[str, str]]:
+    """(before, after) URN pairs among the shown steps: a dependency, reached through unchanged resources too.
+    Deletes run the other way round: dependents go first."""
+    ops = {step.resource["urn"]: step.op for step in diff.steps}
+    edges = set()
+    for urn in shown:
+        seen, frontier = set(), list(diff.parents[urn]["dependencies"])
+        while frontier:
+            dependency = frontier.pop()
+            if dependency in seen or dependency not in diff.parents:
+                continue
+            seen.add(dependency)
+            if dependency in shown:
+                edges.add((urn, dependency) if ops[urn] == "delete" and ops[dependency] == "delete"
+                          else (dependency, urn))
+            else:
+                frontier += diff.parents[dependency]["dependencies"]
+    return sorted(edges)
+
+
+def mermaid(diff: PlanDiff, limit: int = MERMAID_NODES) -> list[str]:
+    """A flowchart of the changed resources in apply order, at most `limit` of them."""
+    steps = diff.steps[:limit]
+    ids = {step.resource["urn"]: f"s{index}" for index, step in enumerate(steps)}
+    lines = ["flowchart TD"]
+    lines += [f'  {ids[step.resource["urn"]]}["{_mermaid_label(step)}"]:::{step.op}' for step in steps]
+    lines += [f"  {ids[a]} --> {ids[b]}" for a, b in apply_edges(diff, set(ids))]
+    if len(diff.steps) > limit:
+        lines.append(f'  more["+{len(diff.steps) - limit} more"]')
+    lines += ["  classDef create fill:#dafbe1,stroke:#1a7f37", "  classDef update fill:#fff8c5,stroke:#9a6700",
+              "  classDef replace fill:#fbefff,stroke:#8250df", "  classDef delete fill:#ffebe9,stroke:#cf222e"]
+    return lines
+
+
+def _policy_lines(review: Review) -> list[str]:
+    from gpuctl import check
+
+    if review.violations is None:
+        return []
+    if not review.violations:
+        return ["#### Policies", "", f"All {len(check.POLICIES)} policies passed on {review.resources} resources.",
+                ""]
+    rows = [{"level": v.level, "policy": v.policy, "resource": v.name or "(stack)", "message": v.message}
+            for v in review.violations]
+    counts = ", ".join(f"{count} {level}" for level, count in check.level_counts(review.violations).items())
+    return ["#### Policies", "", f"**{counts} violation(s)**" if check.has_mandatory(review.violations)
+            else f"{counts} violation(s)", "", *table(rows), ""]
+
+
+def to_markdown(review: Review, limit: int = COMMENT_LIMIT) -> str:
+    """A GitHub comment: the summary as tables, the destructive list in bold, policies, the apply order as a
+    Mermaid flowchart, and the full diff in a collapsible block, cut (with a note) to fit `limit` characters."""
+    summary = review.summary
+    base = f"against `{review.base}`" if review.base else "as a new deployment"
+    head = [f"### `gpuctl preview`: stack `{review.stack}` {base}", ""]
+    if summary.destructive:
+        head += ["#### Destructive", ""]
+        head += [f"- **{_cell(item.what)}**: takes away {_cell(item.takes_away)}"
+                 + (f" — {_cell(item.engine)}" if item.engine else "") for item in summary.destructive]
+        head.append("")
+    if summary.release_before != summary.release_after and summary.release_after:
+        head += [f"OpenShift release: {_arrow(summary.release_before, summary.release_after)}", ""]
+    head += ["#### Pools", "", *table([pool_row(pool, summary) for pool in summary.pools]), ""]
+    head += ["#### Kernels and drivers", "", *table([kernel_row(kernel) for kernel in summary.kernels]), ""]
+    rows, same = tenant_rows(summary)
+    head += ["#### Tenants", "", *table(rows), *([""] if rows else []),
+             *([f"{same} tenant{'s' if same != 1 else ''} unchanged.", ""] if same else [])]
+    head += ["#### Capacity", "", *table(capacity_rows(summary)), ""]
+    if summary.unknowns:
+        head += ["#### Depends on live cluster state not read", "", *[f"- {_cell(line)}" for line in summary.unknowns],
+                 ""]
+    if summary.engine_notes:
+        head += ["#### Where `pulumi up` may differ", "", *[f"- {_cell(line)}" for line in summary.engine_notes], ""]
+    head += _policy_lines(review)
+    if review.preflight is not None:
+        head += [f"Driver image preflight: {_cell(review.preflight)}", ""]
+    if review.diff.steps:
+        head += ["#### Apply order", "", "```mermaid", *mermaid(review.diff), "```", ""]
+    counts = review.diff.summary()
+    title = ", ".join(f"{counts[op]} to {op}" for op in SYMBOLS if counts[op]) or "no changes"
+    opening = ["<details>", f"<summary>Full diff: {title}, {counts['same']} unchanged</summary>", "", "```diff"]
+    closing = ["```", "", "</details>", ""]
+    text_head = "\n".join(head + opening) + "\n"
+    text_tail = "\n".join(closing)
+    body = [line for _, line in diff_lines(review.diff)]
+    room = limit - len(text_head) - len(text_tail) - 1000  # room for a line the workflow adds
+    kept, used = [], 0
+    for line in body:
+        if used + len(line) + 1 > room:
+            break
+        kept.append(line.replace("```", "``\u200b`"))
+        used += len(line) + 1
+    if len(kept) < len(body):
+        kept.append(f"... {len(body) - len(kept)} more lines cut to fit a comment; "
+                    "run `gpuctl preview --format text` or see the job log for the whole diff")
+    return text_head + "\n".join(kept) + "\n" + text_tail

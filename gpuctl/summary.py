@@ -1,0 +1,451 @@
+"""The fleet summary of a change: what happens to pools, kernels, drivers, tenants and capacity.
+
+Built from the base and head plans (their `outputs`, and the records where an older plan lacks an output), the
+diff between them, and the driver image preflight. Plain data: `gpuctl.report` formats it as text, JSON or
+Markdown.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import yaml
+
+from components import labels
+from gpuctl.diff import NVIDIA_DRIVER, PlanDiff, Step, object_name
+
+POOL = "gpu-platform:index:GpuNodePool"
+ASG = "aws:autoscaling/group:Group"
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+MACHINE_SET = "kubernetes:machine.openshift.io/v1beta1:MachineSet"
+NAMESPACE = "kubernetes:core/v1:Namespace"
+CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+UNKNOWN = "[unknown]"
+# How the Machine Config Operator rolls a release onto the nodes of a pool when its MachineConfigPool sets no
+# maxUnavailable (machineconfiguration.openshift.io/v1 MachineConfigPool: "Defaults to 1").
+MCP_DEFAULT_MAX_UNAVAILABLE = 1
+
+PROTECTED = ("pulumi up refuses this: the resource is protected; mark it `retired: true` first and remove it in a "
+             "later change")
+# Preflight statuses of one driver image.
+VERIFIED, MISSING, NOT_VERIFIED, SKIPPED = "verified", "missing", "not verified", "skipped (--offline)"
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """One pool in one revision."""
+
+    instance_type: str | None
+    nodes: int
+    gpus: int
+    gpus_per_node: int
+    os: str | None
+    kernel: str | None
+    image: str | None
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    roll: dict[str, Any] = field(default_factory=dict)
+    retired: bool = False
+
+
+@dataclass(frozen=True)
+class PoolChange:
+    """A pool before and after (None when it does not exist there), and how its nodes will roll."""
+
+    name: str
+    before: PoolState | None
+    after: PoolState | None
+    roll: str  # one phrase: how the change reaches the nodes, or "no roll"
+    gpus_out: int | None = None  # GPUs out of service at once during the roll, when known
+    size_applied: bool = False  # pulumi up sets the node count (the autoscaler does not own it)
+
+
+@dataclass(frozen=True)
+class KernelChange:
+    """One (os, kernel) with a driver in either revision."""
+
+    key: str
+    change: str  # new | unchanged | image changed | kept | removed
+    image: str | None
+    preflight: str
+    pools_before: list[str]
+    pools_after: list[str]
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class TenantChange:
+    name: str
+    namespace: str
+    gpus_before: int | None
+    gpus_after: int | None
+    priority_before: str | None
+    priority_after: str | None
+
+
+@dataclass(frozen=True)
+class Capacity:
+    gpus_before: int
+    gpus_after: int
+    quota_before: int
+    quota_after: int
+    sharing_before: int | None  # pods per GPU under device-plugin time-slicing; None when off
+    sharing_after: int | None
+
+
+@dataclass(frozen=True)
+class Destructive:
+    """Something the change takes away: what it is and what goes with it."""
+
+    what: str
+    takes_away: str
+    engine: str = ""  # where `pulumi up` will act differently (e.g. refuse a protected delete)
+
+
+@dataclass
+class FleetSummary:
+    stack: str
+    release_before: str | None
+    release_after: str | None
+    pools: list[PoolChange]
+    kernels: list[KernelChange]
+    tenants: list[TenantChange]
+    capacity: Capacity
+    destructive: list[Destructive]
+    unknowns: list[str]  # effects that depend on live cluster state that was not read
+    engine_notes: list[str]  # where gpuctl and the engine may differ
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# -- reading a plan ----------------------------------------------------------------------------------------------
+
+
+def _outputs(plan: dict[str, Any]) -> dict[str, Any]:
+    return plan.get("outputs") or {}
+
+
+def _pool_components(plan: dict[str, Any]) -> dict[str, str]:
+    """Pool name -> the URN of its GpuNodePool component."""
+    return {resource["name"].removeprefix("pool-"): resource["urn"] for resource in plan["resources"]
+            if resource["type"] == POOL}
+
+
+def _children(plan: dict[str, Any], parent: str) -> dict[str, dict[str, Any]]:
+    """A component's custom resources by type."""
+    return {resource["type"]: resource for resource in plan["resources"] if resource["parent"] == parent}
+
+
+def _tag(tags: list[dict[str, Any]], key: str) -> str | None:
+    return next((tag.get("value") for tag in tags if tag.get("key") == key), None)
+
+
+def pool_states(plan: dict[str, Any]) -> dict[str, PoolState]:
+    """Each pool of a plan: from its `pools` output, else from its records (plans written before that output)."""
+    outputs = _outputs(plan)
+    if isinstance(outputs.get("pools"), dict):
+        return {name: PoolState(
+            instance_type=pool.get("instanceType"), nodes=pool.get("nodes", 0), gpus=pool.get("gpus", 0),
+            gpus_per_node=pool.get("gpusPerNode", 0), os=pool.get("os"), kernel=pool.get("kernel"),
+            image=pool.get("image"), min_nodes=pool.get("minNodes"), max_nodes=pool.get("maxNodes"),
+            roll=dict(pool.get("roll") or {}), retired=bool(pool.get("retired")))
+            for name, pool in sorted(outputs["pools"].items())}
+    capacity = outputs.get("capacity") or {}
+    states = {}
+    for name, urn in sorted(_pool_components(plan).items()):
+        children = _children(plan, urn)
+        gpus = capacity.get(name, 0)
+        if ASG in children:
+            group = children[ASG]["inputs"]
+            template = children.get(LAUNCH_TEMPLATE, {}).get("inputs", {})
+            nodes = group.get("desiredCapacity", 0)
+            refresh = (group.get("instanceRefresh") or {}).get("preferences") or {}
+            states[name] = PoolState(
+                template.get("instanceType"), nodes, gpus, gpus // nodes if nodes else 0,
+                _tag(group.get("tags", []), labels.OS_ANNOTATION), _tag(group.get("tags", []), labels.KERNEL_ANNOTATION),
+                template.get("imageId"), group.get("minSize"), group.get("maxSize"),
+                {"method": "instance-refresh", **refresh})
+        elif MACHINE_SET in children:
+            spec = children[MACHINE_SET]["inputs"].get("spec", {})
+            provider = spec.get("template", {}).get("spec", {}).get("providerSpec", {}).get("value", {})
+            nodes = spec.get("replicas", 0)
+            states[name] = PoolState(provider.get("instanceType"), nodes, gpus, gpus // nodes if nodes else 0,
+                                     None, None, (provider.get("ami") or {}).get("id"),
+                                     roll={"method": "machineset"})
+    return states
+
+
+def time_slicing(plan: dict[str, Any]) -> int | None:
+    """Pods per GPU under the device plugin's time-slicing config (k8s-device-plugin config v1), None when off."""
+    for resource in plan["resources"]:
+        if resource["type"] != CONFIG_MAP:
+            continue
+        for text in (resource["inputs"].get("data") or {}).values():
+            if not isinstance(text, str) or "timeSlicing" not in text:
+                continue
+            try:
+                document = yaml.safe_load(text)
+            except yaml.YAMLError:
+                continue
+            shared = ((document or {}).get("sharing") or {}).get("timeSlicing") or {}
+            for resource_config in shared.get("resources") or []:
+                if resource_config.get("name") == labels.GPU_RESOURCE:
+                    return resource_config.get("replicas")
+    return None
+
+
+def _openshift_kernel(plan: dict[str, Any]) -> str | None:
+    """The kernel every OpenShift node runs (the release's): the one kernel with a driver that is not kept."""
+    outputs = _outputs(plan)
+    live = [key for key in outputs.get("kernels", []) if key not in outputs.get("keptKernels", [])]
+    return live[0] if len(live) == 1 else None
+
+
+def _kernel_key(state: PoolState, plan: dict[str, Any]) -> str | None:
+    if state.os and state.kernel:
+        return f"{state.os}/{state.kernel}"
+    return _openshift_kernel(plan)
+
+
+# -- pools -------------------------------------------------------------------------------------------------------
+
+
+def _pool_steps(diff: PlanDiff, plan: dict[str, Any], name: str) -> list[Step]:
+    urn = _pool_components(plan).get(name)
+    return [step for step in diff.steps if step.resource["parent"] == urn] if urn else []
+
+
+def _at_once(nodes: int, min_healthy: int | None) -> int:
+    """Nodes an instance refresh takes out at once: it keeps minHealthyPercentage in service (at least one goes)."""
+    if not nodes:
+        return 0
+    healthy = math.ceil(nodes * (min_healthy if min_healthy is not None else 90) / 100)
+    return max(1, nodes - healthy)
+
+
+SIZE_PATHS = ("desiredCapacity", "spec.replicas")
+
+
+def size_applied(steps: list[Step]) -> bool:
+    """Whether `pulumi up` sets the pool's node count (it does not where the autoscaler owns it)."""
+    return any(change.path in SIZE_PATHS for step in steps for change in step.changes)
+
+
+def _gpus(count: int) -> str:
+    return f"{count} GPU{'s' if count != 1 else ''}"
+
+
+def _refresh_phrase(state: PoolState, at_once: int) -> str:
+    roll = state.roll
+    parts = [f"instance refresh of {state.nodes} node{'s' if state.nodes != 1 else ''}: "
+             f"{roll.get('minHealthyPercentage', 90)}% stay healthy, so {at_once} node{'s' if at_once != 1 else ''} "
+             f"({_gpus(at_once * state.gpus_per_node)}) at a time"]
+    if roll.get("maxHealthyPercentage"):
+        parts.append(f"up to {roll['maxHealthyPercentage']}% launched before terminating")
+    if roll.get("instanceWarmupSeconds") is not None:
+        parts.append(f"{roll['instanceWarmupSeconds']}s warm-up per node")
+    if roll.get("checkpoints"):
+        delay = roll.get("checkpointDelaySeconds")
+        parts.append(f"checkpoints at {', '.join(f'{c}%' for c in roll['checkpoints'])}"
+                     + (f" ({delay}s pause)" if delay else ""))
+    if roll.get("drain"):
+        parts.append(f"drain: {roll['drain']}")
+    return "; ".join(parts)
+
+
+def _pool_change(name: str, before: PoolState | None, after: PoolState | None, steps: list[Step],
+                 release: tuple[str | None, str | None]) -> PoolChange:
+    if after is None:
+        return PoolChange(name, before, None, "removed: every node is terminated",
+                          before.gpus if before else None)
+    if before is None:
+        return PoolChange(name, None, after, f"new: {after.nodes} node{'s' if after.nodes != 1 else ''} launched")
+    method = after.roll.get("method")
+    template_changed = any(step.resource["type"] in (LAUNCH_TEMPLATE,) for step in steps) or any(
+        step.resource["type"] == MACHINE_SET and any(c.path.startswith("spec.template") for c in step.changes)
+        for step in steps)
+    phrases, gpus_out = [], None
+    if release[0] and release[1] and release[0] != release[1]:
+        per = MCP_DEFAULT_MAX_UNAVAILABLE
+        phrases.append(f"OpenShift release roll {release[0]} -> {release[1]}: the Machine Config Operator "
+                       f"reboots each node into the new kernel through the worker machine config pool, "
+                       f"{per} node ({_gpus(per * after.gpus_per_node)}) at a time unless its maxUnavailable "
+                       "says otherwise")
+        gpus_out = per * after.gpus_per_node
+    if template_changed and method == "instance-refresh":
+        at_once = _at_once(min(before.nodes, after.nodes), after.roll.get("minHealthyPercentage"))
+        phrases.append(_refresh_phrase(after, at_once))
+        gpus_out = at_once * after.gpus_per_node
+    elif template_changed and method == "machineset":
+        phrases.append(f"MachineSet template: reaches only machines created from now on; the {before.nodes} "
+                       "running nodes keep their image until replaced")
+    if after.nodes != before.nodes:
+        phrases.append(f"scales {before.nodes} -> {after.nodes} nodes" if size_applied(steps) else
+                       f"config size {before.nodes} -> {after.nodes}, but the autoscaler owns the live count "
+                       "(ignoreChanges): pulumi up leaves the running nodes as they are")
+    return PoolChange(name, before, after, "; ".join(phrases) or "no roll", gpus_out, size_applied(steps))
+
+
+# -- the summary -------------------------------------------------------------------------------------------------
+
+
+def _kernel_pools(states: dict[str, PoolState], plan: dict[str, Any]) -> dict[str, list[str]]:
+    booted: dict[str, list[str]] = {}
+    for name, state in states.items():
+        key = _kernel_key(state, plan)
+        if key:
+            booted.setdefault(key, []).append(name)
+    return booted
+
+
+def _kernels(old: dict[str, Any], new: dict[str, Any], old_pools: dict[str, PoolState],
+             new_pools: dict[str, PoolState], preflight: dict[str, str], offline: bool) -> list[KernelChange]:
+    before, after = _outputs(old), _outputs(new)
+    images_before, images_after = before.get("driverImages") or {}, after.get("driverImages") or {}
+    kept = set(after.get("keptKernels") or [])
+    booted_before, booted_after = _kernel_pools(old_pools, old), _kernel_pools(new_pools, new)
+    rows = []
+    for key in sorted(set(before.get("kernels") or []) | set(after.get("kernels") or [])):
+        image = images_after.get(key) or images_before.get(key)
+        status = preflight.get(images_after.get(key, ""), SKIPPED if offline else NOT_VERIFIED) \
+            if key in images_after else "-"
+        leaving = [pool for pool in booted_before.get(key, []) if pool not in booted_after.get(key, [])]
+        note = ""
+        if key not in images_before:
+            change = "new"
+            note = "declared before any pool rolls onto it"
+        elif key not in images_after:
+            change = "removed"
+            note = "no pool boots it and " + ("--observed-nodes" if offline else "live discovery") + \
+                " shows no node on it"
+        elif key in kept:
+            change = "kept"
+            note = ("no pool boots it any more; kept until a node inventory (live discovery at deploy, or "
+                    "--observed-nodes) shows no node on it")
+        else:
+            change = "image changed" if images_before[key] != images_after[key] else "unchanged"
+        if leaving and key in images_after:
+            still = [pool for pool in booted_after.get(key, [])]
+            note = "; ".join(filter(None, [note, f"{', '.join(leaving)} nodes run it until they roll; "
+                                           "the driver stays while any node runs it"
+                                           + (f" ({', '.join(still)} still boot{'s' if len(still) == 1 else ''} it)"
+                                              if still else "")]))
+        rows.append(KernelChange(key, change, image, status, booted_before.get(key, []), booted_after.get(key, []),
+                                 note))
+    return rows
+
+
+def _tenants(old: dict[str, Any], new: dict[str, Any]) -> list[TenantChange]:
+    before, after = _outputs(old).get("tenants") or {}, _outputs(new).get("tenants") or {}
+    return [TenantChange(name, name, before.get(name, {}).get("gpus"), after.get(name, {}).get("gpus"),
+                         before.get(name, {}).get("priorityClass"), after.get(name, {}).get("priorityClass"))
+            for name in sorted(set(before) | set(after))]
+
+
+def _quota(tenants: list[TenantChange], which: str) -> int:
+    return sum(getattr(tenant, f"gpus_{which}") or 0 for tenant in tenants)
+
+
+def _destructive(diff: PlanDiff, pools: list[PoolChange], tenants: list[TenantChange],
+                 kernels: list[KernelChange]) -> list[Destructive]:
+    items = []
+    quotas = {tenant.namespace: tenant for tenant in tenants}
+    # A removed pool's protected children show on the pool's line.
+    folded = {step.resource["urn"]: "" for step in diff.steps
+              if step.op == "delete" and step.resource["type"] == POOL}
+    pool_items = {}
+    for pool in pools:
+        if pool.after is None and pool.before is not None:
+            pool_items[f"pool-{pool.name}"] = len(items)
+            items.append(Destructive(f"pool {pool.name}", f"{pool.before.nodes} nodes, {pool.before.gpus} GPUs "
+                                     f"({pool.before.instance_type})"))
+        elif pool.before and pool.after and pool.after.max_nodes is not None and pool.before.max_nodes is not None \
+                and pool.after.max_nodes < pool.before.max_nodes:
+            items.append(Destructive(f"pool {pool.name} maximum {pool.before.max_nodes} -> {pool.after.max_nodes}",
+                                     "any running nodes above the new maximum"))
+        elif pool.before and pool.after and pool.after.nodes < pool.before.nodes and pool.size_applied:
+            items.append(Destructive(f"pool {pool.name} nodes", f"{pool.before.nodes - pool.after.nodes} nodes, "
+                                     f"{pool.before.gpus - pool.after.gpus} GPUs"))
+    removed_kernels = {kernel.key: kernel for kernel in kernels}
+    for step in diff.steps:
+        if step.op not in ("delete", "replace"):
+            continue
+        resource, verb = step.resource, "deleted" if step.op == "delete" else "replaced (deleted, then created)"
+        protected = bool((step.old or resource).get("options", {}).get("protect"))
+        engine = PROTECTED if protected and step.op == "delete" else ""
+        if engine and resource["parent"] in folded:
+            folded[resource["parent"]] = engine
+            continue
+        if resource["type"] == NAMESPACE:
+            name = resource["inputs"]["metadata"]["name"]
+            tenant = quotas.get(name)
+            quota = f", quota {tenant.gpus_before} GPUs ({tenant.priority_before})" if tenant and \
+                tenant.gpus_before is not None else ""
+            items.append(Destructive(f"namespace {name} {verb}",
+                                     f"every object in it: the tenant's workloads, volumes and secrets{quota}",
+                                     engine))
+        elif resource["type"] == NVIDIA_DRIVER:
+            annotations = resource["inputs"].get("metadata", {}).get("annotations", {})
+            key = f"{annotations.get(labels.OS_ANNOTATION)}/{annotations.get(labels.KERNEL_ANNOTATION)}"
+            kernel = removed_kernels.get(key)
+            items.append(Destructive(f"driver {object_name(resource)} {verb}",
+                                     f"the GPU driver of every node on kernel {key}"
+                                     + (f" ({kernel.note})" if kernel and kernel.note else ""), engine))
+        elif step.op == "replace" and resource["type"] in (ASG, MACHINE_SET):
+            items.append(Destructive(f"{resource['name']} {verb}", "every node of the pool", engine))
+        elif engine:
+            items.append(Destructive(f"{resource['name']} {verb}", object_name(resource) or resource["type"], engine))
+    for urn, engine in folded.items():
+        index = pool_items.get(diff.parents[urn]["name"])
+        if engine and index is not None:
+            items[index] = Destructive(items[index].what, items[index].takes_away, engine)
+    return items
+
+
+def _unknowns(diff: PlanDiff, pools: list[PoolChange], kernels: list[KernelChange], offline: bool) -> list[str]:
+    lines = []
+    if offline:
+        lines.append("live discovery not read: the kernels GPU nodes run now are not known to this preview")
+    for kernel in kernels:
+        if kernel.change == "kept":
+            lines.append(f"driver for {kernel.key} kept only for lack of a node inventory: it goes in the first "
+                         "deploy (live discovery) or preview with --observed-nodes that sees no node on it")
+    for pool in pools:
+        if pool.before and pool.after and pool.before.nodes != pool.after.nodes and pool.size_applied:
+            lines.append(f"pool {pool.name}: sets the node count to {pool.after.nodes}; the autoscaler may have "
+                         "moved it since the last deploy (the live size was not read)")
+    for step in diff.steps:
+        unknown = [change.named for change in step.changes if change.new == UNKNOWN]
+        if unknown:
+            lines.append(f"{step.resource['name']}: {', '.join(unknown)} known only at deploy")
+    return lines
+
+
+def _engine_notes(diff: PlanDiff) -> list[str]:
+    notes = []
+    for step in diff.steps:
+        if step.op == "replace":
+            notes.append(f"{step.resource['name']}: replace decided by the providers' rules as gpuctl knows them "
+                         f"({', '.join(step.replace_reasons)}); `pulumi preview` asks the provider itself")
+    return notes
+
+
+def summarize(old: dict[str, Any], new: dict[str, Any], diff: PlanDiff, *,
+              preflight: dict[str, str] | None = None, offline: bool = True) -> FleetSummary:
+    """The fleet summary of going from plan `old` to plan `new`; `preflight` is each driver image's status."""
+    old_pools, new_pools = pool_states(old), pool_states(new)
+    release = (_outputs(old).get("release"), _outputs(new).get("release"))
+    pools = [_pool_change(name, old_pools.get(name), new_pools.get(name),
+                          _pool_steps(diff, new if name in new_pools else old, name), release)
+             for name in sorted(set(old_pools) | set(new_pools))]
+    kernels = _kernels(old, new, old_pools, new_pools, preflight or {}, offline)
+    tenants = _tenants(old, new)
+    capacity = Capacity(_outputs(old).get("totalGpus", sum(p.gpus for p in old_pools.values())),
+                        _outputs(new).get("totalGpus", sum(p.gpus for p in new_pools.values())),
+                        _quota(tenants, "before"), _quota(tenants, "after"), time_slicing(old), time_slicing(new))
+    return FleetSummary(new.get("stack", ""), release[0], release[1], pools, kernels, tenants, capacity,
+                        _destructive(diff, pools, tenants, kernels), _unknowns(diff, pools, kernels, offline),
+                        _engine_notes(diff))

@@ -1,0 +1,119 @@
+"""The fleet summary on real renders: what a change does to pools, kernels, drivers, tenants and capacity."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuctl.diff import diff_plans
+from gpuctl.preview import base_kernels
+from gpuctl.report import summary_lines
+from gpuctl.summary import SKIPPED, VERIFIED, summarize
+from tests.conftest import render_stack, stack_config
+
+OLD_KERNEL, NEW_KERNEL = "6.8.0-1021-aws", "6.8.0-1024-aws"
+NEW_IMAGE = "nvcr.io/nvidia/driver:580-6.8.0-1024-aws-ubuntu22.04"
+
+
+def pool(config: dict, name: str) -> dict:
+    return next(p for p in config["gpu-platform:nodePools"] if p["name"] == name)
+
+
+@pytest.fixture(scope="module")
+def prod_base():
+    return render_stack("prod").document
+
+
+@pytest.fixture(scope="module")
+def kernel_upgrade(prod_base):
+    config = stack_config("prod")
+    pool(config, "l4-inference").update(kernel=NEW_KERNEL, image="ami-0a1b2c3d4e5f60789")
+    from gpuctl.render import render_plan
+    from gpuctl.stackfile import stack_file_from_config
+
+    new = render_plan(stack_file_from_config("prod", config), previous=base_kernels(prod_base))
+    diff = diff_plans(prod_base, new)
+    return summarize(prod_base, new, diff, preflight={NEW_IMAGE: VERIFIED}, offline=True)
+
+
+def test_a_kernel_upgrade_names_the_pool_its_counts_kernels_roll_and_new_driver(kernel_upgrade):
+    [l4] = [p for p in kernel_upgrade.pools if p.name == "l4-inference"]
+    assert (l4.before.nodes, l4.after.nodes, l4.before.gpus, l4.after.gpus) == (8, 8, 8, 8)
+    assert (l4.before.kernel, l4.after.kernel) == (OLD_KERNEL, NEW_KERNEL)
+    assert l4.roll.startswith("instance refresh of 8 nodes")
+    assert "1 node (1 GPU) at a time" in l4.roll and l4.gpus_out == 1
+    others = [p for p in kernel_upgrade.pools if p.name != "l4-inference"]
+    assert others and all(p.roll == "no roll" for p in others)
+
+    kernels = {k.key: k for k in kernel_upgrade.kernels}
+    new = kernels[f"ubuntu22.04/{NEW_KERNEL}"]
+    assert (new.change, new.image, new.preflight, new.pools_after) == ("new", NEW_IMAGE, VERIFIED, ["l4-inference"])
+    old = kernels[f"ubuntu22.04/{OLD_KERNEL}"]
+    assert old.change == "unchanged" and old.pools_after == ["a10g-batch"]
+    assert "l4-inference nodes run it until they roll; the driver stays while any node runs it" in old.note
+    assert kernel_upgrade.destructive == []
+
+    text = "\n".join(summary_lines(kernel_upgrade))
+    assert f"pool l4-inference: g6.xlarge, 8 nodes, 8 GPUs, ubuntu22.04 {OLD_KERNEL} -> ubuntu22.04 {NEW_KERNEL}" \
+        in text
+    assert f"driver new, image {NEW_IMAGE}, preflight verified" in text
+
+
+def test_a_kernel_no_pool_boots_any_more_is_kept_and_offline_says_why(prod_base):
+    config = stack_config("prod")
+    pool(config, "h100-training").update(kernel=NEW_KERNEL)
+    from gpuctl.render import render_plan
+    from gpuctl.stackfile import stack_file_from_config
+
+    new = render_plan(stack_file_from_config("prod", config), previous=base_kernels(prod_base))
+    summary = summarize(prod_base, new, diff_plans(prod_base, new), offline=True)
+    [kept] = [k for k in summary.kernels if k.change == "kept"]
+    assert kept.key == "ubuntu22.04/6.8.0-1019-aws" and kept.preflight == SKIPPED
+    assert any("6.8.0-1019-aws kept only for lack of a node inventory" in line for line in summary.unknowns)
+
+
+def test_removing_a_tenant_is_destructive_with_its_namespace_and_quota(prod_base):
+    config = stack_config("prod")
+    config["gpu-platform:tenants"] = [t for t in config["gpu-platform:tenants"] if t["name"] != "analytics"]
+    new = render_stack("prod", config).document
+    summary = summarize(prod_base, new, diff_plans(prod_base, new))
+
+    [item] = summary.destructive
+    assert item.what == "namespace analytics deleted"
+    assert "quota 8 GPUs (gpu-low)" in item.takes_away
+    assert "refuses" in item.engine and "retired: true" in item.engine  # the namespace is protected
+    [tenant] = [t for t in summary.tenants if t.name == "analytics"]
+    assert (tenant.gpus_before, tenant.gpus_after) == (8, None)
+    assert (summary.capacity.quota_before, summary.capacity.quota_after) == (32, 24)
+
+
+def test_a_retired_tenant_removed_is_destructive_without_an_engine_refusal():
+    config = stack_config("prod")
+    for tenant in config["gpu-platform:tenants"]:
+        tenant["retired"] = tenant["name"] == "analytics"
+    base = render_stack("prod", config).document
+    config["gpu-platform:tenants"] = [t for t in config["gpu-platform:tenants"] if t["name"] != "analytics"]
+    new = render_stack("prod", config).document
+    [item] = summarize(base, new, diff_plans(base, new)).destructive
+    assert item.what == "namespace analytics deleted" and item.engine == ""
+
+
+def test_time_slicing_shows_the_pods_per_gpu_before_and_after(dev_plan):
+    config = stack_config("dev")
+    assert config["gpu-platform:devicePlugin"]["timeSlicingReplicas"] == 4
+    config["gpu-platform:devicePlugin"]["timeSlicingReplicas"] = 8
+    new = render_stack("dev", config).document
+    summary = summarize(dev_plan.document, new, diff_plans(dev_plan.document, new))
+    assert (summary.capacity.sharing_before, summary.capacity.sharing_after) == (4, 8)
+    assert "  time-slicing: pods per GPU: 4 -> 8" in summary_lines(summary)
+
+
+def test_lowering_a_pool_maximum_is_destructive_and_an_autoscaled_size_is_left_to_the_autoscaler(prod_base):
+    config = stack_config("prod")
+    pool(config, "a10g-batch").update(replicas=2, maxReplicas=2)
+    new = render_stack("prod", config).document
+    summary = summarize(prod_base, new, diff_plans(prod_base, new))
+    assert [(d.what, d.takes_away) for d in summary.destructive] == [
+        ("pool a10g-batch maximum 8 -> 2", "any running nodes above the new maximum")]
+    [a10g] = [p for p in summary.pools if p.name == "a10g-batch"]
+    assert "config size 4 -> 2, but the autoscaler owns the live count" in a10g.roll and not a10g.size_applied
+    assert (summary.capacity.gpus_before, summary.capacity.gpus_after) == (40, 32)
