@@ -18,8 +18,9 @@ CLUSTER_POLICY = "cluster-policy"
 TOOLKIT_ENV = {"ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED": "false",
                "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS": "true"}
 DEVICE_PLUGIN_ENV = {"DEVICE_LIST_STRATEGY": "volume-mounts"}
-
-
+# Readiness needs GPU nodes and is the operator's to report: `pulumi up` never waits for it, not even with
+# PULUMI_K8S_AWAIT_ALL=true (which would wait for the policy's Ready condition).
+NO_AWAIT = {labels.SKIP_AWAIT: "true"}
 
 
 def _env(values: dict[str, str]) -> list[dict[str, str]]:
@@ -58,7 +59,8 @@ class ClusterPolicyStack(pulumi.ComponentResource):
         super().__init__("gpu-platform:index:ClusterPolicyStack", name, None, opts)
         self.policy = k8s.apiextensions.CustomResource(
             f"{name}-cluster-policy", api_version="nvidia.com/v1", kind="ClusterPolicy",
-            metadata=metadata(CLUSTER_POLICY), spec=self._spec(args), opts=child_options(self, opts))
+            metadata=metadata(CLUSTER_POLICY, annotations=NO_AWAIT), spec=self._spec(args),
+            opts=child_options(self, opts))
         self.register_outputs({"name": CLUSTER_POLICY})
 
     @staticmethod

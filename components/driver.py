@@ -68,7 +68,9 @@ class DriverStack(pulumi.ComponentResource):
             self.drivers[target] = k8s.apiextensions.CustomResource(
                 f"{name}-{target.slug}", api_version="nvidia.com/v1alpha1", kind="NVIDIADriver",
                 metadata=metadata(driver_name(target), annotations={
-                    labels.KERNEL_ANNOTATION: target.kernel, labels.OS_ANNOTATION: target.os}),
+                    labels.KERNEL_ANNOTATION: target.kernel, labels.OS_ANNOTATION: target.os,
+                    # Ready only once GPU nodes of this kernel run the driver: the operator's to report.
+                    labels.SKIP_AWAIT: "true"}),
                 spec=self._spec(target, args), opts=child)
         self.register_outputs({"images": self.images})
 

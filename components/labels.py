@@ -43,9 +43,13 @@ SYSTEM_PRIORITY_CLASSES = [NODE_CRITICAL_PRIORITY, "system-cluster-critical"]
 HIGH_PRIORITY_CLASS = "gpu-high"
 LOW_PRIORITY_CLASS = "gpu-low"
 
-# pulumi-kubernetes annotations (provider/pkg/metadata/annotations.go): do not wait for readiness; wait this long.
+# pulumi-kubernetes annotations (provider/pkg/metadata/annotations.go, overrides.go): do not wait for readiness
+# (also when PULUMI_K8S_AWAIT_ALL=true would wait for a generic Ready); wait this long for create, update and
+# delete; wait for these `jsonpath=`/`condition=` expressions; delete without waiting for dependents.
 SKIP_AWAIT = "pulumi.com/skipAwait"
 TIMEOUT_SECONDS = "pulumi.com/timeoutSeconds"
+WAIT_FOR = "pulumi.com/waitFor"
+DELETION_PROPAGATION = "pulumi.com/deletionPropagationPolicy"
 
 # Cluster-autoscaler discovery and scale-from-zero node-template tags (ASG) and annotations (MachineSet).
 CA_ENABLED_TAG = "k8s.io/cluster-autoscaler/enabled"

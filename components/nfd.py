@@ -70,6 +70,7 @@ class NfdStack(pulumi.ComponentResource):
             package=args.olm, cli_image=args.cli_image, namespace_labels={}), child_options(self, opts))
         return k8s.apiextensions.CustomResource(
             f"{name}-instance", api_version="nfd.openshift.io/v1", kind="NodeFeatureDiscovery",
-            metadata=metadata("nfd-instance", self.namespace),
+            # Its readiness is the NFD operator's (workers on every node): `pulumi up` does not wait for it.
+            metadata=metadata("nfd-instance", self.namespace, annotations={labels.SKIP_AWAIT: "true"}),
             spec={"workerConfig": {"configData": yaml.safe_dump(WORKER_CONFIG, sort_keys=False)}},
             opts=child_options(self, opts, operator.installed))

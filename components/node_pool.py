@@ -10,11 +10,34 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components import labels
+from components.efa import efa_autoscaler_tags, efa_network_interfaces
 from components.manifests import child_options, metadata
+from components.node_profile import NodeProfile
+from components.node_drain import drain_phrase
 from fleet.catalog import InstanceType
 from fleet.kernels import KernelTarget
 
 MACHINE_API_NAMESPACE = "openshift-machine-api"
+# The cluster autoscaler's GPU label on AWS (cloudprovider/aws/aws_cloud_provider.go `GPULabel`): a node carrying it
+# counts as a GPU node before the device plugin advertises its GPUs, so the autoscaler does not scale up twice.
+AWS_ACCELERATOR_LABEL = "k8s.amazonaws.com/accelerator"
+# Its values, in the form of that file's `availableGPUTypes` ("nvidia-tesla-t4", "nvidia-a10g", "nvidia-l4", ...),
+# per GPU model of fleet/catalog.py; H100 is not in that list, which only names GPU types in its metrics.
+AWS_ACCELERATOR_TYPES = {
+    "Tesla-T4": "nvidia-tesla-t4",
+    "NVIDIA-A10G": "nvidia-a10g",
+    "NVIDIA-L4": "nvidia-l4",
+    "NVIDIA-L40S": "nvidia-l40s",
+    "NVIDIA-A100-SXM4-40GB": "nvidia-tesla-a100",
+    "NVIDIA-A100-SXM4-80GB": "nvidia-tesla-a100",
+    "NVIDIA-H100-80GB-HBM3": "nvidia-h100",
+}
+TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
+# On the group: the image its template boots, so an image change shows on the group that rolls, not only on the
+# template (the group's new template version is known only once the template is updated).
+IMAGE_TAG = "gpu-platform.io/image"
+MACHINESET_ROLL = ("template changes reach new machines only; kernels roll with the cluster release through the "
+                   "Machine Config Operator")
 
 
 @dataclass(frozen=True)
@@ -38,6 +61,19 @@ class AutoScalingPlacement:
 
 
 @dataclass(frozen=True)
+class InstanceRefresh:
+    """Kubernetes: the rate of an Auto Scaling Group's instance refresh, and how long each node's drain may take."""
+
+    min_healthy_percentage: int = 90
+    max_healthy_percentage: int = 100
+    checkpoints: tuple[int, ...] = (25, 50, 100)
+    checkpoint_delay_seconds: int = 600
+    instance_warmup_seconds: int = 300
+    drain_timeout_seconds: int = 1800
+    auto_rollback: bool = False
+
+
+@dataclass(frozen=True)
 class GpuNodePoolArgs:
     """One pool: its machines, their size bounds and boot image, and where they go.
 
@@ -54,6 +90,16 @@ class GpuNodePoolArgs:
     root_volume_gib: int
     placement: MachineSetPlacement | AutoScalingPlacement
     kernel: KernelTarget | None = None
+    refresh: InstanceRefresh = InstanceRefresh()
+    retired: bool = False  # unprotected: a later change may remove the pool
+    profile: NodeProfile | None = None  # node tuning (OpenShift: the pool's node role; AWS: its boot configuration)
+    efa_interfaces: int = 0  # EFA interfaces per node (fabric: efa), in the pool's cluster placement group
+    placement_group: pulumi.Input[str] | None = None
+
+    @property
+    def autoscales(self) -> bool:
+        """The autoscaler moves the node count between the bounds: it, not `pulumi up`, owns the count."""
+        return self.min_replicas < self.max_replicas
 
 
 class GpuNodePool(pulumi.ComponentResource):
@@ -62,17 +108,29 @@ class GpuNodePool(pulumi.ComponentResource):
     node_selector: dict[str, str]
     taints: list[dict[str, str]]
     gpu_capacity: int
+    roll: dict[str, object]  # how the pool's nodes are replaced, for the preview
 
     def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:GpuNodePool", name, None, opts)
         self.node_selector = {labels.POOL_LABEL: args.name}
         self.taints = [dict(labels.GPU_TAINT)]
         self.gpu_capacity = args.replicas * args.instance.gpus
-        child = child_options(self, opts)
+        # The engine refuses to delete (or replace) a protected resource: removing a pool takes `retired` first.
+        child = pulumi.ResourceOptions.merge(child_options(self, opts), pulumi.ResourceOptions(
+            protect=not args.retired))
         node_labels = {**self.node_selector, labels.MACHINESET_GPU_TYPE_LABEL: args.instance.gpu_model}
         if isinstance(args.placement, MachineSetPlacement):
+            self.roll = {"method": "machineset", "note": MACHINESET_ROLL}
             self._machine_set(name, args, args.placement, node_labels, child)
         else:
+            refresh = args.refresh
+            self.roll = {"method": "instance-refresh", "minHealthyPercentage": refresh.min_healthy_percentage,
+                         "maxHealthyPercentage": refresh.max_healthy_percentage,
+                         "checkpoints": list(refresh.checkpoints),
+                         "checkpointDelaySeconds": refresh.checkpoint_delay_seconds,
+                         "instanceWarmupSeconds": refresh.instance_warmup_seconds,
+                         "autoRollback": refresh.auto_rollback, "drain": drain_phrase(refresh.drain_timeout_seconds)}
+            node_labels[AWS_ACCELERATOR_LABEL] = AWS_ACCELERATOR_TYPES[args.instance.gpu_model]
             self._auto_scaling_group(name, args, args.placement, node_labels, child)
         self.register_outputs({"nodeSelector": self.node_selector, "taints": self.taints,
                                "gpuCapacity": self.gpu_capacity})
@@ -88,6 +146,9 @@ class GpuNodePool(pulumi.ComponentResource):
             labels.MACHINESET_CAPACITY_ANNOTATIONS["memory"]: str(instance.memory_mib),
             labels.MACHINESET_CAPACITY_ANNOTATIONS["gpu"]: str(instance.gpus),
             "capacity.cluster-autoscaler.kubernetes.io/labels": ",".join(f"{k}={v}" for k, v in node_labels.items()),
+            # `pulumi up` waits neither for machines (capacity may be unavailable) nor, on delete, for their drain.
+            labels.SKIP_AWAIT: "true",
+            labels.DELETION_PROPAGATION: "background",
         }
         k8s.apiextensions.CustomResource(
             name,
@@ -101,7 +162,9 @@ class GpuNodePool(pulumi.ComponentResource):
                     "metadata": {"labels": {**selector, "machine.openshift.io/cluster-api-machine-role": "worker",
                                             "machine.openshift.io/cluster-api-machine-type": "worker"}},
                     "spec": {
-                        "metadata": {"labels": {**node_labels, "node-role.kubernetes.io/gpu": ""}},
+                        "metadata": {"labels": {**node_labels, "node-role.kubernetes.io/gpu": "",
+                                                # a tuned pool's role, which its MachineConfigPool selects
+                                                **({pool.profile.node_role_label: ""} if pool.profile else {})}},
                         "taints": self.taints,
                         "providerSpec": {"value": {
                             "apiVersion": "machine.openshift.io/v1beta1",
@@ -122,7 +185,10 @@ class GpuNodePool(pulumi.ComponentResource):
                     },
                 },
             },
-            opts=opts,
+            # `replicas` is the size the MachineSet is created with; the MachineAutoscaler's cluster autoscaler
+            # moves it between the bounds afterwards, and `pulumi up` does not set it back.
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
+                ignore_changes=["spec.replicas"] if pool.autoscales else None)),
         )
         k8s.apiextensions.CustomResource(
             f"{name}-autoscaler",
@@ -147,12 +213,14 @@ class GpuNodePool(pulumi.ComponentResource):
             image_id=pool.image,
             instance_type=pool.instance_type,
             iam_instance_profile={"name": cluster.instance_profile},
-            vpc_security_group_ids=list(cluster.security_group_ids),
+            # With EFA, the security groups go on the network interfaces (EC2 refuses both).
+            vpc_security_group_ids=None if pool.efa_interfaces else list(cluster.security_group_ids),
+            network_interfaces=efa_network_interfaces(pool.efa_interfaces, cluster.security_group_ids) or None,
             block_device_mappings=[{"device_name": "/dev/sda1", "ebs": {
                 "volume_size": pool.root_volume_gib, "volume_type": "gp3", "encrypted": "true",
                 "delete_on_termination": "true"}}],
             metadata_options={"http_tokens": "required", "http_put_response_hop_limit": 2},
-            user_data=base64.b64encode(kubelet_user_data(cluster.cluster, node_labels).encode()).decode(),
+            user_data=base64.b64encode(kubelet_user_data(cluster.cluster, node_labels, pool.profile).encode()).decode(),
             tags=kernel_annotations(pool),
             tag_specifications=[{"resource_type": "instance", "tags": {"Name": group_name, **kernel_annotations(pool)}}],
             opts=opts,
@@ -164,23 +232,91 @@ class GpuNodePool(pulumi.ComponentResource):
             f"kubernetes.io/cluster/{cluster.cluster}": "owned",
             labels.CA_TAINT_TAG.format(key=labels.GPU_TAINT["key"]): f":{labels.GPU_TAINT['effect']}",
             labels.CA_RESOURCE_TAG.format(resource=labels.GPU_RESOURCE): str(instance.gpus),
+            # aws_manager.go extractLabelsFromAsg: node-template/label/<key> = <value>, for scale from zero.
             **kernel_annotations(pool),
+            IMAGE_TAG: pool.image,
             **{labels.CA_LABEL_TAG.format(key=key): value for key, value in node_labels.items()},
             labels.CA_LABEL_TAG.format(key=labels.NVIDIA_PCI_LABEL): "true",
+            **efa_autoscaler_tags(pool.efa_interfaces),
         }
-        aws.autoscaling.Group(
+        refresh = pool.refresh
+        group = aws.autoscaling.Group(
             f"{name}-asg",
             name=group_name,
             min_size=pool.min_replicas,
             max_size=pool.max_replicas,
             desired_capacity=pool.replicas,
+            # "0": `pulumi up` does not wait for instances to be healthy; GPU capacity may be unavailable for hours
+            # (InsufficientInstanceCapacity), and the nodes' readiness is the autoscaler's and the operator's.
+            wait_for_capacity_timeout="0",
             vpc_zone_identifiers=list(cluster.subnet_ids),
+            placement_group=pool.placement_group,
+            # A new template version (image, kernel, user data) starts a refresh; tags and sizes do not.
             launch_template={"id": template.id, "version": template.latest_version.apply(str)},
-            instance_refresh={"strategy": "Rolling", "preferences": {"min_healthy_percentage": 90}},
+            instance_refresh={"strategy": "Rolling", "preferences": {
+                "min_healthy_percentage": refresh.min_healthy_percentage,
+                "max_healthy_percentage": refresh.max_healthy_percentage,
+                "checkpoint_percentages": list(refresh.checkpoints),
+                "checkpoint_delay": str(refresh.checkpoint_delay_seconds),
+                "instance_warmup": str(refresh.instance_warmup_seconds),
+                "skip_matching": True,  # nodes already on the new template stay
+                "auto_rollback": refresh.auto_rollback,
+            }},
             tags=[{"key": key, "value": value, "propagate_at_launch": False}
                   for key, value in sorted(autoscaler_tags.items())],
+            # `replicas` is the size the group is created with; the cluster autoscaler owns the count afterwards
+            # (AWS keeps it within min..max when the bounds change), so `pulumi up` does not fight it.
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
+                ignore_changes=["desiredCapacity"] if pool.autoscales else None)),
+        )
+        # A separate resource: the group's `initial_lifecycle_hooks` is force-new, a change would replace the group.
+        # A terminating instance (refresh, scale-in, rebalance) waits here until the node termination handler has
+        # drained its node and completes the action, at most the heartbeat; then it terminates (CONTINUE).
+        aws.autoscaling.LifecycleHook(
+            f"{name}-drain-hook",
+            name=f"{group_name}-drain",
+            autoscaling_group_name=group.name,
+            lifecycle_transition=TERMINATING,
+            heartbeat_timeout=refresh.drain_timeout_seconds,
+            default_result="CONTINUE",
             opts=opts,
         )
+
+
+# cluster-autoscaler-operator pkg/operator/config.go DefaultClusterAutoscalerName: the operator deploys an
+# autoscaler only for the ClusterAutoscaler of this name, and without one a MachineAutoscaler does nothing.
+CLUSTER_AUTOSCALER_NAME = "default"
+
+
+def cluster_autoscaler(name: str, pools: list[GpuNodePoolArgs],
+                       opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource | None:
+    """OpenShift: the cluster's ClusterAutoscaler when a pool autoscales, capping GPUs per type at the pools' maxima.
+
+    `resourceLimits.gpus[].type` is matched against the nodes' `cluster-api/accelerator` label
+    (pkg/apis/autoscaling/v1/clusterautoscaler_types.go GPULimit), which every MachineSet sets to its GPU model.
+    The resource is cluster-wide and a singleton: on a cluster that already has one, import it first.
+    """
+    if not any(pool.autoscales for pool in pools):
+        return None
+    gpus: dict[str, int] = {}
+    for pool in pools:
+        model = pool.instance.gpu_model
+        gpus[model] = gpus.get(model, 0) + pool.max_replicas * pool.instance.gpus
+    return k8s.apiextensions.CustomResource(
+        name,
+        api_version="autoscaling.openshift.io/v1",
+        kind="ClusterAutoscaler",
+        metadata=metadata(CLUSTER_AUTOSCALER_NAME),
+        spec={
+            "resourceLimits": {"gpus": [{"type": model, "min": 0, "max": total}
+                                        for model, total in sorted(gpus.items()) if total > 0]},
+            # GPU nodes run a dozen operator DaemonSets: without this they never look idle enough to go.
+            "ignoreDaemonsetsUtilization": True,
+            "scaleDown": {"enabled": True, "delayAfterAdd": "10m", "unneededTime": "10m",
+                          "utilizationThreshold": "0.5"},
+        },
+        opts=opts,
+    )
 
 
 def kernel_annotations(pool: GpuNodePoolArgs) -> dict[str, str]:
@@ -188,12 +324,18 @@ def kernel_annotations(pool: GpuNodePoolArgs) -> dict[str, str]:
     return {labels.KERNEL_ANNOTATION: pool.kernel.kernel, labels.OS_ANNOTATION: pool.kernel.os}
 
 
-def kubelet_user_data(cluster: str, node_labels: dict[str, str]) -> str:
-    """Boot script that makes the kubelet register the GPU taint and pool labels before any pod lands."""
+def kubelet_user_data(cluster: str, node_labels: dict[str, str], profile: NodeProfile | None = None) -> str:
+    """Boot script that makes the kubelet register the GPU taint and pool labels before any pod lands.
+
+    With a node profile, its sysctls and hugepages are set first and its kubelet flags follow the pool's; without
+    one, the script is exactly the untuned pool's.
+    """
     taint = f"{labels.GPU_TAINT['key']}:{labels.GPU_TAINT['effect']}"
     label_arg = ",".join(f"{key}={value}" for key, value in node_labels.items())
+    tuned = f" {' '.join(profile.kubelet_flags())}" if profile else ""
     return (
         "#!/bin/bash\nset -euo pipefail\n"
+        f"{profile.boot_script() if profile else ''}"
         f"/etc/eks/bootstrap.sh {cluster} --kubelet-extra-args "
-        f"'--register-with-taints={taint} --node-labels={label_arg}'\n"
+        f"'--register-with-taints={taint} --node-labels={label_arg}{tuned}'\n"
     )

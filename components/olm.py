@@ -13,6 +13,9 @@ from components.manifests import child_options, metadata
 MARKETPLACE_NAMESPACE = "openshift-marketplace"
 # How long `pulumi up` waits for the pinned CSV to be installed (the approver Job's deadline, and the provider's).
 INSTALL_TIMEOUT_SECONDS = 1200
+# How long `pulumi up` waits for OLM to resolve the Subscription to the pinned CSV (an install plan that awaits
+# approval): seconds on a healthy catalog; a pin the channel does not offer fails here, not at the Job's deadline.
+RESOLVE_TIMEOUT_SECONDS = 600
 
 # Approves only the install plan that installs the pinned CSV, then waits until that CSV has succeeded, so the
 # operator's CRDs exist once the Job completes. Install plans for any other version stay pending.
@@ -62,9 +65,13 @@ class OlmOperator(pulumi.ComponentResource):
             f"{name}-operator-group", api_version="operators.coreos.com/v1", kind="OperatorGroup",
             metadata=metadata(f"{package.package}-group", package.namespace),
             spec={"targetNamespaces": [package.namespace], "upgradeStrategy": "Default"}, opts=in_namespace)
+        # status.currentCSV is "the CSV the Subscription is progressing to" (OLM's Subscription CRD): OLM sets it
+        # with the install plan it generates, which then waits for the approver Job below.
         subscription = k8s.apiextensions.CustomResource(
             f"{name}-subscription", api_version="operators.coreos.com/v1alpha1", kind="Subscription",
-            metadata=metadata(package.package, package.namespace),
+            metadata=metadata(package.package, package.namespace, annotations={
+                labels.WAIT_FOR: f"jsonpath={{.status.currentCSV}}={package.csv}",
+                labels.TIMEOUT_SECONDS: str(RESOLVE_TIMEOUT_SECONDS)}),
             spec={"name": package.package, "channel": package.channel, "source": package.source,
                   "sourceNamespace": MARKETPLACE_NAMESPACE, "installPlanApproval": "Manual",
                   "startingCSV": package.csv},

@@ -15,23 +15,35 @@ class InstanceType:
     gpu_memory_gib: int
     vcpus: int
     memory_mib: int
+    # Elastic Fabric Adapter interfaces the type takes (EC2 `NetworkInfo.EfaInfo.MaximumEfaInterfaces`; 0: no EFA).
+    # The EFA device plugin chart lists the same types as EFA-capable (aws/eks-charts
+    # stable/aws-efa-k8s-device-plugin values.yaml, supportedInstanceLabels).
+    efa_interfaces: int = 0
+
+    @property
+    def efa(self) -> bool:
+        return self.efa_interfaces > 0
 
 
 INSTANCE_TYPES: dict[str, InstanceType] = {
     "g4dn.xlarge": InstanceType("Tesla-T4", 1, 16, 4, 16384),
     "g4dn.2xlarge": InstanceType("Tesla-T4", 1, 16, 8, 32768),
-    "g4dn.12xlarge": InstanceType("Tesla-T4", 4, 16, 48, 196608),
+    "g4dn.12xlarge": InstanceType("Tesla-T4", 4, 16, 48, 196608, efa_interfaces=1),
     "g5.xlarge": InstanceType("NVIDIA-A10G", 1, 24, 4, 16384),
-    "g5.12xlarge": InstanceType("NVIDIA-A10G", 4, 24, 48, 196608),
-    "g5.48xlarge": InstanceType("NVIDIA-A10G", 8, 24, 192, 786432),
+    "g5.12xlarge": InstanceType("NVIDIA-A10G", 4, 24, 48, 196608, efa_interfaces=1),
+    "g5.48xlarge": InstanceType("NVIDIA-A10G", 8, 24, 192, 786432, efa_interfaces=1),
     "g6.xlarge": InstanceType("NVIDIA-L4", 1, 24, 4, 16384),
-    "g6.12xlarge": InstanceType("NVIDIA-L4", 4, 24, 48, 196608),
+    "g6.12xlarge": InstanceType("NVIDIA-L4", 4, 24, 48, 196608, efa_interfaces=1),
     "g6e.xlarge": InstanceType("NVIDIA-L40S", 1, 48, 4, 32768),
-    "g6e.12xlarge": InstanceType("NVIDIA-L40S", 4, 48, 48, 393216),
-    "p4d.24xlarge": InstanceType("NVIDIA-A100-SXM4-40GB", 8, 40, 96, 1179648),
-    "p4de.24xlarge": InstanceType("NVIDIA-A100-SXM4-80GB", 8, 80, 96, 1179648),
-    "p5.48xlarge": InstanceType("NVIDIA-H100-80GB-HBM3", 8, 80, 192, 2097152),
+    "g6e.12xlarge": InstanceType("NVIDIA-L40S", 4, 48, 48, 393216, efa_interfaces=1),
+    "p4d.24xlarge": InstanceType("NVIDIA-A100-SXM4-40GB", 8, 40, 96, 1179648, efa_interfaces=4),
+    "p4de.24xlarge": InstanceType("NVIDIA-A100-SXM4-80GB", 8, 80, 96, 1179648, efa_interfaces=4),
+    "p5.48xlarge": InstanceType("NVIDIA-H100-80GB-HBM3", 8, 80, 192, 2097152, efa_interfaces=32),
 }
+
+# Hugepages may take at most this share of a node's memory: the rest is the OS's, the kubelet's and other pods'.
+MAX_HUGEPAGES_SHARE = 0.8
+HUGEPAGE_SIZES_MIB = {"2Mi": 2, "1Gi": 1024}  # x86_64 huge page sizes, as Kubernetes names them
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@ Kubernetes rules are pulumi-kubernetes v4's (provider/pkg/provider/diff.go `forc
 `Diff` for delete-before-replace, helm_release.go `Diff` for Helm releases): a change at or below a force-new
 path replaces the object. A path segment `[*]` matches any list index. AWS rules are the `ForceNew` fields of
 the terraform-provider-aws schemas that pulumi-aws 7 bridges (internal/service/ec2/ec2_launch_template.go,
-autoscaling/group.go, autoscaling/lifecycle_hook.go, ec2/ec2_placement_group.go, iam/role.go, ssm/document.go).
+autoscaling/group.go, autoscaling/lifecycle_hook.go, ec2/ec2_placement_group.go, iam/role.go, ssm/document.go,
+sqs/queue.go, sqs/queue_policy.go, events/rule.go, events/target.go, iam/policy.go,
+iam/role_policy_attachment.go).
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ KUBERNETES_FORCE_NEW: dict[tuple[str, str], tuple[str, ...]] = {
     ("", "ConfigMap"): ("binaryData", "data"),
 }
 HELM_RELEASE_FORCE_NEW = ("name", "namespace")
+# The program's explicit providers. pulumi-kubernetes (DiffConfig, provider.go) replaces its provider, and with it
+# every object, only when a set `clusterIdentifier` changes; a new region puts every AWS resource elsewhere.
+PROVIDER_FORCE_NEW = {"pulumi:providers:kubernetes": ("clusterIdentifier",), "pulumi:providers:aws": ("region",)}
 # Everything else of these resources updates in place: a launch template change makes a new template version,
 # an Auto Scaling Group takes a new template, sizes or tags with UpdateAutoScalingGroup.
 AWS_FORCE_NEW: dict[str, tuple[str, ...]] = {
@@ -60,6 +65,14 @@ AWS_FORCE_NEW: dict[str, tuple[str, ...]] = {
     "aws:ec2/placementGroup:PlacementGroup": ("name", "strategy", "partitionCount", "spreadLevel"),
     "aws:iam/role:Role": ("name", "namePrefix", "path"),
     "aws:ssm/document:Document": ("name",),
+    # A queue's attributes and a rule's pattern update in place; a target is re-put under its id.
+    "aws:sqs/queue:Queue": ("name", "namePrefix", "fifoQueue"),
+    "aws:sqs/queuePolicy:QueuePolicy": ("queueUrl",),
+    "aws:cloudwatch/eventRule:EventRule": ("name", "namePrefix", "eventBusName"),
+    "aws:cloudwatch/eventTarget:EventTarget": ("rule", "targetId", "eventBusName"),
+    # A policy document change is a new policy version; its description cannot change.
+    "aws:iam/policy:Policy": ("name", "namePrefix", "path", "description"),
+    "aws:iam/rolePolicyAttachment:RolePolicyAttachment": ("role", "policyArn"),
 }
 
 
@@ -86,6 +99,8 @@ def force_new_paths(resource_type: str, inputs: dict[str, Any],
     """The paths whose change makes the provider replace this resource."""
     if resource_type == "kubernetes:helm.sh/v3:Release":
         return HELM_RELEASE_FORCE_NEW
+    if resource_type in PROVIDER_FORCE_NEW:
+        return PROVIDER_FORCE_NEW[resource_type]
     parts = _kubernetes_parts(resource_type)
     if parts is None:
         return AWS_FORCE_NEW.get(resource_type, ())

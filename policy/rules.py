@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -26,6 +27,8 @@ from pulumi_policy import (
 
 from components import labels
 from components.images import ImageName
+from fleet import sysctls
+from fleet.catalog import INSTANCE_TYPES, MAX_HUGEPAGES_SHARE
 from policy.index import index
 
 DEFAULT_OVERCOMMIT = 1.0
@@ -200,27 +203,30 @@ def registers_gpu_taint(template: PolicyResource) -> bool:
 # Policies ---------------------------------------------------------------------------------------------------
 
 
-def _pools_tainted(args: StackValidationArgs, report: ReportViolation) -> None:
+def _in_pool(parent: str | None) -> bool:
+    """Whether a resource's parent (a URN) is a GpuNodePool: the URN's type chain ends in the component's type."""
+    return bool(parent) and parent.split("::")[-2].rsplit("$", 1)[-1] == POOL_COMPONENT
+
+
+def _pools_tainted(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    """One pool resource at a time, so `pulumi up` stops before it creates or changes an untainted pool."""
     key, effect = labels.GPU_TAINT["key"], labels.GPU_TAINT["effect"]
-    for pool in gpu_pools(args.resources):
-        if pool.resource_type == MACHINE_SET:
-            taints = items(dig(pool.props, "spec", "template", "spec", "taints"))
-            if not any(t.get("key") == key and t.get("effect") == effect for t in taints):
-                report(f"{describe(pool.resource_type, pool.props)} does not taint its nodes {GPU_TAINT_TEXT}, so "
-                       f"CPU pods can fill them; add {{key: {key}, effect: {effect}}} to spec.template.spec.taints",
-                       pool.urn)
-            continue
-        missing = []
+    in_pool = _in_pool(args.opts.parent if args.opts else None)
+    if args.resource_type == MACHINE_SET and (in_pool or gpus_per_node(args) > 0):
+        taints = items(dig(args.props, "spec", "template", "spec", "taints"))
+        if not any(t.get("key") == key and t.get("effect") == effect for t in taints):
+            report(f"{describe(args.resource_type, args.props)} does not taint its nodes {GPU_TAINT_TEXT}, so "
+                   f"CPU pods can fill them; add {{key: {key}, effect: {effect}}} to spec.template.spec.taints", None)
+    elif args.resource_type == AUTO_SCALING_GROUP and (in_pool or gpus_per_node(args) > 0):
         tag = labels.CA_TAINT_TAG.format(key=key)
-        if not asg_tags(pool.props).get(tag, "").endswith(f":{effect}"):
-            missing.append(f"the tag {tag}=:{effect} (the autoscaler's template node when scaling from zero)")
-        if not any(registers_gpu_taint(d) for d in pool.dependencies if d.resource_type == LAUNCH_TEMPLATE):
-            missing.append("a launch template whose user data starts the kubelet with "
-                           f"--register-with-taints={GPU_TAINT_TEXT}")
-        if missing:
-            report(f"Auto Scaling Group {pool.props.get('name') or pool.name} lacks {' and '.join(missing)}, so its "
-                   f"nodes are not tainted {GPU_TAINT_TEXT} and CPU pods can fill them; add "
-                   f"{'both' if len(missing) > 1 else 'it'}", pool.urn)
+        if not asg_tags(args.props).get(tag, "").endswith(f":{effect}"):
+            report(f"Auto Scaling Group {args.props.get('name') or args.name} lacks the tag {tag}=:{effect} (the "
+                   "autoscaler's template node when scaling from zero), so the autoscaler plans CPU pods onto its "
+                   f"nodes; add it", None)
+    elif args.resource_type == LAUNCH_TEMPLATE and in_pool and not registers_gpu_taint(args):
+        report(f"launch template {args.props.get('name') or args.name} of a GPU pool does not start the kubelet with "
+               f"--register-with-taints={GPU_TAINT_TEXT}, so its nodes are not tainted and CPU pods can fill them; "
+               "add the flag to its user data", None)
 
 
 def _tenant_gpu_quota(args: StackValidationArgs, report: ReportViolation) -> None:
@@ -528,11 +534,150 @@ def _tenant_no_system_priority(args: StackValidationArgs, report: ReportViolatio
                    f"PriorityClass In [{classes}]", resource.urn)
 
 
+# Node profiles, EFA and tenant networks -------------------------------------------------------------------
+
+PERFORMANCE_PROFILE = "kubernetes:performance.openshift.io/v2:PerformanceProfile"
+NODE_TUNING_COMPONENT = "gpu-platform:index:NodeTuning"
+KUBELET_SNIPPET_ANNOTATION = "kubeletconfig.experimental"
+NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
+EFA_INTERFACE_TYPES = ("efa", "efa-only")
+_PROFILE_PAGE_MIB = {"2M": 2, "1G": 1024}
+_BOOT_PAGES = re.compile(r"^echo (\d+) > /sys/kernel/mm/hugepages/hugepages-(\d+)kB/nr_hugepages$", re.MULTILINE)
+_UNSAFE_FLAG = re.compile(r"--allowed-unsafe-sysctls[= ]['\"]?([^\s'\"]+)")
+_TUNED_SYSCTL = re.compile(r"^\[sysctl\]\s*$(.*?)(?=^\[|\Z)", re.MULTILINE | re.DOTALL)
+
+
+def user_data(template: PolicyResource | Mapping[str, Any]) -> str:
+    """A launch template's user data script, decoded ('' when it is not base64 text)."""
+    props = template.props if isinstance(template, PolicyResource) else template
+    try:
+        return base64.b64decode(str(props.get("userData") or ""), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return ""
+
+
+def _machine_sets_selected(resources: Sequence[PolicyResource], selector: Mapping[str, Any]) -> list[PolicyResource]:
+    """MachineSets whose nodes carry every label of a node selector."""
+    return [r for r in index(resources).of_kind("MachineSet")
+            if selector and all((dig(r.props, "spec", "template", "spec", "metadata", "labels") or {}).get(key) == value
+                                for key, value in selector.items())]
+
+
+def _hugepages_within_memory(args: StackValidationArgs, report: ReportViolation) -> None:
+    limit_text = f"{int(MAX_HUGEPAGES_SHARE * 100)}%"
+    for profile in index(args.resources).of_kind("PerformanceProfile"):
+        pages = items(dig(profile.props, "spec", "hugepages", "pages"))
+        mib = sum((whole(page.get("count")) or 0) * _PROFILE_PAGE_MIB.get(str(page.get("size")), 0) for page in pages)
+        for machine_set in _machine_sets_selected(args.resources, dig(profile.props, "spec", "nodeSelector") or {}):
+            memory = whole(dig(machine_set.props, "metadata", "annotations",
+                               labels.MACHINESET_CAPACITY_ANNOTATIONS["memory"])) or 0
+            if mib > memory * MAX_HUGEPAGES_SHARE:
+                report(f"{describe(profile.resource_type, profile.props)} asks for {mib} MiB of hugepages on the nodes "
+                       f"of {describe(machine_set.resource_type, machine_set.props)}, which have {memory} MiB; keep "
+                       f"hugepages within {limit_text} of memory (lower spec.hugepages.pages counts)", profile.urn)
+    for template in args.resources:
+        if template.resource_type != LAUNCH_TEMPLATE:
+            continue
+        mib = sum(int(count) * int(kib) // 1024 for count, kib in _BOOT_PAGES.findall(user_data(template)))
+        instance = INSTANCE_TYPES.get(str(template.props.get("instanceType")))
+        if mib and instance and mib > instance.memory_mib * MAX_HUGEPAGES_SHARE:
+            report(f"launch template {template.props.get('name') or template.name} allocates {mib} MiB of hugepages "
+                   f"at boot on {template.props.get('instanceType')} ({instance.memory_mib} MiB); keep hugepages within "
+                   f"{limit_text} of memory", template.urn)
+
+
+def _unsafe_allowed(resource: PolicyResource) -> list[str]:
+    """The sysctls a kubelet setting lets pods set: PerformanceProfile snippet, KubeletConfig, kubelet flag."""
+    if resource.resource_type == PERFORMANCE_PROFILE:
+        snippet = dig(resource.props, "metadata", "annotations", KUBELET_SNIPPET_ANNOTATION)
+        try:
+            names = json.loads(snippet).get("allowedUnsafeSysctls") if snippet else None
+        except (ValueError, AttributeError):
+            names = None
+        return [str(name) for name in items(names)]
+    if kind(resource.resource_type) == "KubeletConfig":
+        return [str(name) for name in items(dig(resource.props, "spec", "kubeletConfig", "allowedUnsafeSysctls"))]
+    if resource.resource_type == LAUNCH_TEMPLATE:
+        return [name for flag in _UNSAFE_FLAG.findall(user_data(resource)) for name in flag.split(",")]
+    return []
+
+
+def _node_sysctls_in_profiles(args: StackValidationArgs, report: ReportViolation) -> None:
+    for resource in args.resources:
+        what = describe(resource.resource_type, resource.props) if kind(resource.resource_type) else resource.name
+        spec = pod_spec(resource.resource_type, resource.props)
+        if spec is not None:
+            names = [str(s.get("name")) for s in items(dig(spec, "securityContext", "sysctls"))]
+            if node_level := [name for name in names if sysctls.is_node_level(name)]:
+                report(f"{what} sets the node-level sysctls {', '.join(node_level)} in its pod securityContext; they "
+                       "are not namespaced, so only a node profile (nodeSysctls) may set them", resource.urn)
+        if node_level := [name for name in _unsafe_allowed(resource) if sysctls.is_node_level(name)]:
+            report(f"{what} lets pods set the node-level sysctls {', '.join(node_level)} (allowedUnsafeSysctls); only "
+                   "namespaced sysctls may be allowed to pods: set node-level ones in a node profile's nodeSysctls",
+                   resource.urn)
+        if kind(resource.resource_type) == "Tuned" and (
+                resource.parent is None or resource.parent.resource_type != NODE_TUNING_COMPONENT):
+            data = "".join(str(profile.get("data") or "") for profile in items(dig(resource.props, "spec", "profile")))
+            if any(section.strip() for section in _TUNED_SYSCTL.findall(data)):
+                report(f"{what} sets sysctls outside a pool's node profile; declare them as nodeSysctls of the pool's "
+                       "profile, whose Tuned profile extends its PerformanceProfile", resource.urn)
+
+
+def _efa_on_capable_instances(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != LAUNCH_TEMPLATE:
+        return
+    efa = [i for i in items(args.props.get("networkInterfaces")) if i.get("interfaceType") in EFA_INTERFACE_TYPES]
+    if not efa:
+        return
+    instance_type = str(args.props.get("instanceType"))
+    instance = INSTANCE_TYPES.get(instance_type)
+    allowed = instance.efa_interfaces if instance else 0
+    if len(efa) > allowed:
+        capable = ", ".join(name for name, known in INSTANCE_TYPES.items() if known.efa)
+        report(f"launch template {args.props.get('name') or args.name} attaches {len(efa)} EFA interfaces to "
+               f"{instance_type}, which takes {allowed}; use an EFA-capable type ({capable}) or fewer interfaces")
+
+
+def network_references(annotation: str, namespace: str) -> list[tuple[str, str]]:
+    """(namespace, name) of each network a `k8s.v1.cni.cncf.io/networks` value names, as Multus reads it:
+    `[<namespace>/]<name>[@<interface>]`, comma-separated, or a JSON list of {"name", "namespace", ...}."""
+    text = annotation.strip()
+    if not text:
+        return []
+    if text.startswith("["):
+        try:
+            entries = json.loads(text)
+        except ValueError:
+            return [("?", text)]
+        return [(str(entry.get("namespace") or namespace), str(entry.get("name", ""))) if isinstance(entry, dict)
+                else ("?", str(entry)) for entry in (entries if isinstance(entries, list) else [entries])]
+    references = []
+    for item in text.split(","):
+        space, _, name = item.strip().split("@", 1)[0].rpartition("/")
+        references.append((space or namespace, name))
+    return references
+
+
+def _tenant_networks_own_namespace(args: StackValidationArgs, report: ReportViolation) -> None:
+    tenants = tenant_namespaces(args.resources)
+    for resource in args.resources:
+        path = POD_SPEC_PATHS.get(kind(resource.resource_type))
+        namespace = dig(resource.props, "metadata", "namespace")
+        if path is None or namespace not in tenants:
+            continue
+        annotation = dig(resource.props, *path[:-1], "metadata", "annotations", NETWORKS_ANNOTATION)
+        foreign = [f"{space}/{name}" for space, name in network_references(str(annotation or ""), namespace)
+                   if space != namespace]
+        if foreign:
+            report(f"{describe(resource.resource_type, resource.props)} attaches to {', '.join(foreign)}, outside its "
+                   f"tenant namespace {namespace}; a tenant's pods attach only to its own networks", resource.urn)
+
+
 POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
-    StackValidationPolicy(
+    ResourceValidationPolicy(
         name="gpu-pool-tainted",
-        description=f"Every GPU pool taints its nodes {GPU_TAINT_TEXT} (MachineSet taints; for an Auto Scaling Group "
-                    "the autoscaler taint tag and the kubelet flag in its launch template).",
+        description=f"Every GPU pool taints its nodes {GPU_TAINT_TEXT}: a MachineSet in its template, an Auto Scaling "
+                    "Group in the autoscaler's taint tag, a pool's launch template in the kubelet's flags.",
         validate=_pools_tainted,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
@@ -623,6 +768,34 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
         name="tenant-no-system-priority",
         description=f"Tenant namespaces admit no pods of the {' or '.join(labels.SYSTEM_PRIORITY_CLASSES)} priority class.",
         validate=_tenant_no_system_priority,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="hugepages-within-memory",
+        description=f"Hugepages of a PerformanceProfile or a launch template's boot take at most "
+                    f"{int(MAX_HUGEPAGES_SHARE * 100)}% of the memory of the nodes they land on.",
+        validate=_hugepages_within_memory,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="node-sysctls-only-in-profiles",
+        description="Node-level (not namespaced) sysctls are set only by a pool's node profile: never in a pod's "
+                    "securityContext, never allowed to pods (allowedUnsafeSysctls), never by a Tuned profile of "
+                    "its own.",
+        validate=_node_sysctls_in_profiles,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    ResourceValidationPolicy(
+        name="efa-only-on-capable-instances",
+        description="A launch template attaches EFA interfaces only to an EFA-capable instance type, at most as many "
+                    "as it takes.",
+        validate=_efa_on_capable_instances,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="tenant-networks-own-namespace",
+        description=f"Tenant pods attach ({NETWORKS_ANNOTATION}) only to networks of their own namespace.",
+        validate=_tenant_networks_own_namespace,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
 import re
 from typing import Annotated, Any, Literal
@@ -12,7 +13,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, Va
 from pydantic.alias_generators import to_camel
 
 from components import labels
-from fleet.catalog import INSTANCE_TYPES, KUBERNETES_OSES, NODE_OSES, OPENSHIFT_KUBERNETES, InstanceType
+from fleet.catalog import (HUGEPAGE_SIZES_MIB, INSTANCE_TYPES, KUBERNETES_OSES, MAX_HUGEPAGES_SHARE, NODE_OSES,
+                           OPENSHIFT_KUBERNETES, InstanceType)
+from fleet import sysctls
 from fleet.kernels import DriverRelease, KernelTarget
 
 PROJECT = "gpu-platform"
@@ -75,9 +78,16 @@ class ClusterConfig(StrictModel):
                                          description="OpenShift: the NFD operator CSV to pin (default per release)")
     region: str = Field(default="us-east-1", pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
     infrastructure_id: str | None = Field(default=None, description="OpenShift infrastructure name (MachineSet prefix)")
+    kubeconfig: str | None = Field(default=None, min_length=1,
+                                   description="kubeconfig path of the provider and discovery; default $KUBECONFIG "
+                                               "or ~/.kube/config")
+    context: str | None = Field(default=None, min_length=1, description="its context; default its current context")
     subnet_ids: tuple[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")], ...] = ()
     security_group_ids: tuple[Annotated[str, Field(pattern=r"^sg-[0-9a-f]{8,17}$")], ...] = ()
     instance_profile: str | None = None
+    node_termination_handler_role: str | None = Field(
+        default=None, pattern=r"^[\w+=,.@-]{1,64}$",
+        description="Kubernetes: IAM role of the nodes the node termination handler runs on; gets its policy")
     discovery: DiscoveryConfig = DiscoveryConfig()
     monitoring_namespaces: tuple[Annotated[str, _dns_label(63)], ...] | None = Field(
         default=None, description="namespaces whose Prometheus may scrape tenants; default by flavor")
@@ -93,6 +103,7 @@ class ClusterConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> ClusterConfig:
+        self._one_kubeconfig()
         if self.flavor == "openshift":
             self._check_openshift()
         else:
@@ -112,7 +123,22 @@ class ClusterConfig(StrictModel):
             )
         return self
 
+    def _one_kubeconfig(self) -> None:
+        """The Kubernetes provider and live discovery reach the same cluster: cluster.kubeconfig and context, or
+        (as older stack files set them) cluster.discovery's, copied to both."""
+        for field in ("kubeconfig", "context"):
+            own, discovery = getattr(self, field), getattr(self.discovery, field)
+            if own and discovery and own != discovery:
+                raise ValueError(f"{field} is set twice, {own!r} here and {discovery!r} in discovery; the provider and "
+                                 f"discovery must reach the same cluster: keep cluster.{field} only")
+            object.__setattr__(self, field, own or discovery)
+        object.__setattr__(self, "discovery", self.discovery.model_copy(
+            update={"kubeconfig": self.kubeconfig, "context": self.context}))
+
     def _check_openshift(self) -> None:
+        if self.node_termination_handler_role:
+            raise ValueError("nodeTerminationHandlerRole applies to Kubernetes (Auto Scaling Group pools); OpenShift "
+                             "drains machines itself: remove it")
         if not self.infrastructure_id:
             raise ValueError("infrastructureId is required on OpenShift "
                              "(oc get infrastructure cluster -o jsonpath='{.status.infrastructureName}')")
@@ -158,6 +184,109 @@ class ClusterConfig(StrictModel):
         return KernelTarget(self.node_os, self.kernel) if self.flavor == "openshift" else None
 
 
+_CPUSET = r"^\d{1,3}(-\d{1,3})?(,\d{1,3}(-\d{1,3})?)*$"
+
+
+def cpu_set(text: str) -> set[int]:
+    """The CPU ids of a Linux cpuset list ("0-1,48-49")."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+class NodeProfileConfig(StrictModel):
+    """How a pool's nodes are tuned: CPU and topology managers, reserved CPUs, hugepages, sysctls."""
+
+    cpu_manager_policy: Literal["none", "static"] = "static"
+    topology_manager_policy: Literal["none", "best-effort", "restricted", "single-numa-node"] = "single-numa-node"
+    topology_manager_scope: Literal["container", "pod"] = "pod"
+    reserved_cpus: str = Field(pattern=_CPUSET, description="CPUs for the OS and the kubelet, as a cpuset list")
+    hugepages: dict[Literal["2Mi", "1Gi"], Annotated[int, Field(ge=1, le=1_000_000)]] = {}
+    pod_sysctls: tuple[str, ...] = Field(default=(), description="sysctls pods may set (safe or namespaced)")
+    node_sysctls: dict[str, Annotated[str, Field(min_length=1, pattern=r"^[^\n\r=]+$")]] = Field(
+        default={}, description="node-level sysctls and their values")
+    max_unavailable: int | Annotated[str, Field(pattern=r"^([1-9]\d?%|100%)$")] = Field(
+        default=1, description="OpenShift: nodes the Machine Config Operator reboots at once")
+
+    @model_validator(mode="after")
+    def _check(self) -> NodeProfileConfig:
+        if isinstance(self.max_unavailable, int) and self.max_unavailable < 1:
+            raise ValueError("maxUnavailable must be at least 1 (or a percentage like \"10%\")")
+        if self.cpu_manager_policy == "none" and self.topology_manager_policy != "none":
+            raise ValueError("topologyManagerPolicy needs cpuManagerPolicy static to align CPUs with GPUs; "
+                             "set cpuManagerPolicy: static or topologyManagerPolicy: none")
+        return self
+
+    @property
+    def reserved(self) -> set[int]:
+        return cpu_set(self.reserved_cpus)
+
+    @property
+    def hugepages_mib(self) -> int:
+        return sum(HUGEPAGE_SIZES_MIB[size] * count for size, count in self.hugepages.items())
+
+    def check_sysctls(self, kubernetes_version: str) -> None:
+        """Each sysctl in its class: pods set safe and namespaced ones, only the node sets node-level ones."""
+        for name in self.pod_sysctls:
+            if not sysctls.is_name(name):
+                raise ValueError(f"podSysctls: {name!r} is not a sysctl name (dotted, lowercase, e.g. "
+                                 "net.core.somaxconn; a trailing * for a namespaced prefix)")
+            if sysctls.classify(name, kubernetes_version) == "node":
+                raise ValueError(f"podSysctls: {name!r} is node-level (not namespaced), so no pod may set it; "
+                                 "move it to nodeSysctls with its value")
+        for name in self.node_sysctls:
+            if not sysctls.is_name(name) or name.endswith("*"):
+                raise ValueError(f"nodeSysctls: {name!r} is not a sysctl name (dotted, lowercase, e.g. "
+                                 "vm.max_map_count)")
+            kind = sysctls.classify(name, kubernetes_version)
+            if kind != "node":
+                where = "any pod may set it" if kind == "safe" else "pods set it in their own namespace"
+                raise ValueError(f"nodeSysctls: {name!r} is namespaced ({where}), so the node's value would not "
+                                 "reach pods; list it in podSysctls and set it in the pod's securityContext")
+
+    def check_instance(self, instance: InstanceType) -> None:
+        """Reserved CPUs among the type's vCPUs, leaving some to pods; hugepages within its memory."""
+        reserved = self.reserved
+        if max(reserved) >= instance.vcpus or len(reserved) >= instance.vcpus:
+            raise ValueError(f"profile.reservedCpus {self.reserved_cpus!r} does not fit the {instance.vcpus} vCPUs "
+                             f"(0-{instance.vcpus - 1}) of the instance type, leaving CPUs to pods; reserve fewer")
+        limit = int(instance.memory_mib * MAX_HUGEPAGES_SHARE)
+        if self.hugepages_mib > limit:
+            raise ValueError(f"profile.hugepages take {self.hugepages_mib} MiB, over {int(MAX_HUGEPAGES_SHARE * 100)}% "
+                             f"of the instance type's {instance.memory_mib} MiB ({limit} MiB); declare fewer pages")
+
+
+class RollConfig(StrictModel):
+    """Kubernetes: how an Auto Scaling Group replaces its nodes when its launch template changes (an instance refresh).
+
+    Field meanings and AWS bounds: pulumi_aws autoscaling GroupInstanceRefreshPreferencesArgs (StartInstanceRefresh).
+    Each node is drained before it terminates: the pool's termination lifecycle hook holds it for at most
+    `drainTimeoutSeconds` (its heartbeat timeout, at most 7200 s) while the node termination handler drains it.
+    """
+
+    min_healthy_percentage: int = Field(default=90, ge=0, le=100, description="capacity kept in service")
+    max_healthy_percentage: int = Field(default=100, ge=100, le=200, description="over 100: launch before terminate")
+    checkpoints: tuple[Annotated[int, Field(ge=1, le=100)], ...] = Field(
+        default=(25, 50, 100), min_length=1, description="percentages replaced before each pause; ends at 100")
+    checkpoint_delay_seconds: int = Field(default=600, ge=0, le=172_800, description="pause at each checkpoint")
+    instance_warmup_seconds: int = Field(default=300, ge=0, le=3600, description="a new node's time to become ready")
+    drain_timeout_seconds: int = Field(default=1800, ge=60, le=7200, description="longest a node's drain may take")
+    auto_rollback: bool = Field(default=False, description="AWS rolls back to the previous template if it fails")
+
+    @model_validator(mode="after")
+    def _check(self) -> RollConfig:
+        points = self.checkpoints
+        if list(points) != sorted(set(points)) or points[-1] != 100:
+            raise ValueError(f"checkpoints {list(points)} must rise strictly and end at 100 (every node replaced), "
+                             "e.g. [25, 50, 100]")
+        if not 0 < self.max_healthy_percentage - self.min_healthy_percentage <= 100:
+            raise ValueError(f"maxHealthyPercentage {self.max_healthy_percentage} must exceed minHealthyPercentage "
+                             f"{self.min_healthy_percentage} by 1 to 100 (AWS), or no node can be replaced")
+        return self
+
+
 class NodePoolConfig(StrictModel):
     """A pool of identical GPU nodes booting one image, hence one kernel."""
 
@@ -171,6 +300,12 @@ class NodePoolConfig(StrictModel):
     image: str = Field(pattern=r"^ami-[0-9a-f]{8,17}$")
     availability_zone: str | None = None
     root_volume_gib: int = Field(default=200, ge=50, le=16384)
+    profile: NodeProfileConfig | None = Field(default=None, description="node tuning; none: the image's defaults")
+    fabric: Literal["efa"] | None = Field(default=None, description="Kubernetes: EFA interfaces for collectives")
+    subnet_id: str | None = Field(default=None, pattern=r"^subnet-[0-9a-f]{8,17}$",
+                                  description="Kubernetes: the one subnet (one zone) of an EFA pool")
+    roll: RollConfig = Field(default=RollConfig(), description="Kubernetes: how an image change replaces the nodes")
+    retired: bool = Field(default=False, description="unprotect the pool's machines so a later change may remove it")
 
     @model_validator(mode="after")
     def _check(self) -> NodePoolConfig:
@@ -194,6 +329,12 @@ class NodePoolConfig(StrictModel):
             raise ValueError("replicas must lie within minReplicas..maxReplicas")
         if self.min_replicas > self.replicas:
             raise ValueError("minReplicas must not exceed replicas")
+        if self.profile is not None:
+            self.profile.check_instance(self.instance)
+        if self.fabric == "efa" and not self.instance.efa:
+            capable = ", ".join(name for name, instance in INSTANCE_TYPES.items() if instance.efa)
+            raise ValueError(f"fabric efa: instanceType {self.instance_type!r} has no EFA; use one of {capable} "
+                             "or remove fabric")
         return self
 
     @property
@@ -247,6 +388,56 @@ class DriverConfig(StrictModel):
         return DriverRelease(self.repository, self.branch, self.version, precompiled)
 
 
+def _cidr(value: str) -> str:
+    try:
+        ipaddress.ip_network(value, strict=True)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a network in CIDR form with its host bits zero, e.g. 10.20.0.0/24") from None
+    return value
+
+
+class IpamConfig(StrictModel):
+    """Addresses on a secondary network: whereabouts (cluster-wide, no duplicates across nodes) or host-local."""
+
+    type: Literal["whereabouts", "host-local"] = "whereabouts"
+    range: Annotated[str, AfterValidator(_cidr)]
+    gateway: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> IpamConfig:
+        if self.gateway is not None:
+            try:
+                inside = ipaddress.ip_address(self.gateway) in ipaddress.ip_network(self.range)
+            except ValueError:
+                inside = False
+            if not inside:
+                raise ValueError(f"gateway {self.gateway!r} must be an address inside range {self.range!r}")
+        return self
+
+
+class TenantNetworkConfig(StrictModel):
+    """A secondary network a tenant's pods may attach to (Multus): macvlan on a host interface, or SR-IOV."""
+
+    name: Annotated[str, _dns_label(63)]
+    type: Literal["macvlan", "sriov"]
+    master: str | None = Field(default=None, pattern=r"^[a-zA-Z0-9._-]{1,15}$", description="macvlan: host interface")
+    mode: Literal["bridge", "private", "vepa", "passthru"] = "bridge"
+    resource_name: str | None = Field(default=None, pattern=r"^[a-z0-9.-]+/[A-Za-z0-9_.-]+$",
+                                      description="sriov: the device plugin resource of the VFs")
+    vlan: int | None = Field(default=None, ge=0, le=4094)
+    ipam: IpamConfig
+
+    @model_validator(mode="after")
+    def _check(self) -> TenantNetworkConfig:
+        if self.type == "macvlan" and (self.master is None or self.resource_name or self.vlan is not None):
+            raise ValueError("a macvlan network needs master (the host interface, e.g. ens5) and takes no "
+                             "resourceName or vlan")
+        if self.type == "sriov" and (self.resource_name is None or self.master):
+            raise ValueError("an sriov network needs resourceName (the SR-IOV device plugin resource, e.g. "
+                             "openshift.io/mlxnics) and takes no master")
+        return self
+
+
 class TenantConfig(StrictModel):
     """A team with its own namespace and a GPU quota."""
 
@@ -258,11 +449,15 @@ class TenantConfig(StrictModel):
     cpu: str = Field(default="64", pattern=_CPU, description="quota on the sum of CPU requests")
     memory: str = Field(default="256Gi", pattern=_MEMORY, description="quota on the sum of memory requests")
     pods: int = Field(default=200, ge=1, le=10_000)
+    networks: tuple[TenantNetworkConfig, ...] = Field(default=(), description="secondary networks (Multus)")
 
     @model_validator(mode="after")
     def _check(self) -> TenantConfig:
         if RESERVED_NAMESPACES.match(self.name):
             raise ValueError(f"name {self.name!r} is a system namespace; choose a team name")
+        names = [network.name for network in self.networks]
+        if len(set(names)) != len(names):
+            raise ValueError("networks: each network name may appear once")
         return self
 
     @property
@@ -348,10 +543,15 @@ class StackConfig(StrictModel):
                 raise ValueError(f"nodePools: pool {pool.name!r} sets os or kernel, but OpenShift nodes run the kernel "
                                  "of the cluster release (a pool's image is only its boot image); remove them and set "
                                  "cluster.release and cluster.kernel")
+            if openshift and "roll" in pool.model_fields_set:
+                raise ValueError(f"nodePools: pool {pool.name!r} sets roll, which applies to Kubernetes pools (an Auto "
+                                 "Scaling Group's instance refresh); on OpenShift a MachineSet's template reaches new "
+                                 "machines only and kernels roll with the release: remove roll")
             if not openshift and pool.kernel_target is None:
                 missing = " and ".join(name for name in ("os", "kernel") if getattr(pool, name) is None)
                 raise ValueError(f"nodePools: pool {pool.name!r} needs os and kernel: the OS and kernel its image "
                                  f"boots; set {missing}")
+            self._check_tuning(pool)
             if openshift and len(name := pool.machine_set_name(self.cluster)) > 63:
                 raise ValueError(
                     f"nodePools: pool {pool.name!r} makes the MachineSet name {name!r} {len(name)} characters long, "
@@ -363,6 +563,30 @@ class StackConfig(StrictModel):
             raise ValueError("images: nfd applies to Kubernetes; on OpenShift the NFD operator runs the NFD image "
                              "of the cluster release")
         return self
+
+    def _check_tuning(self, pool: NodePoolConfig) -> None:
+        """A pool's profile and fabric against the flavor and the cluster's Kubernetes version."""
+        openshift = self.cluster.flavor == "openshift"
+        if pool.profile is not None:
+            try:
+                pool.profile.check_sysctls(self.cluster.kubernetes_version)
+            except ValueError as error:
+                raise ValueError(f"nodePools: pool {pool.name!r} profile.{error}") from None
+            if openshift and pool.profile.cpu_manager_policy != "static":
+                raise ValueError(f"nodePools: pool {pool.name!r} profile.cpuManagerPolicy: OpenShift tunes pools with a "
+                                 "PerformanceProfile, which always sets the static CPU manager; set static")
+        if pool.fabric == "efa" and openshift:
+            raise ValueError(f"nodePools: pool {pool.name!r} sets fabric efa, which this platform sets up on Kubernetes "
+                             "pools only; remove it")
+        if pool.subnet_id is not None and openshift:
+            raise ValueError(f"nodePools: pool {pool.name!r} sets subnetId, a Kubernetes setting; OpenShift pools "
+                             "use availabilityZone")
+        if pool.fabric == "efa" and pool.subnet_id is None:
+            raise ValueError(f"nodePools: pool {pool.name!r} sets fabric efa and needs subnetId: one of "
+                             "cluster.subnetIds, since its cluster placement group lives in one availability zone")
+        if pool.subnet_id is not None and pool.subnet_id not in self.cluster.subnet_ids:
+            raise ValueError(f"nodePools: pool {pool.name!r} subnetId {pool.subnet_id!r} is not one of "
+                             "cluster.subnetIds; pick one of them")
 
     @property
     def gpu_capacity(self) -> int:

@@ -18,7 +18,7 @@ from stacks.inventory import parse_node_list
 
 GPU_NODE_SELECTOR = f"{labels.NVIDIA_PCI_LABEL}=true"
 _TIMEOUT_KEY = f"{PROJECT}:cluster.discovery.timeoutSeconds"
-_KUBECONFIG_KEY = f"{PROJECT}:cluster.discovery.kubeconfig"
+_KUBECONFIG_KEY = f"{PROJECT}:cluster.kubeconfig"
 # A GPU node is a few kilobytes of JSON: this cap is thousands of nodes, and stops an endless answer.
 MAX_NODE_LIST_BYTES = 64 << 20
 

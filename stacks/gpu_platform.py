@@ -10,14 +10,20 @@ from components.admission import TenantAdmission, TenantAdmissionArgs
 from components.cluster_policy import ClusterPolicyStack, ClusterPolicyStackArgs
 from components.device_plugin import DevicePluginStack, DevicePluginStackArgs
 from components.driver import DriverStack, DriverStackArgs
+from components.efa import EfaFabric, EfaFabricArgs
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
 from components.manifests import metadata
 from components.monitoring import MonitoringStack, MonitoringStackArgs
 from components.nfd import NfdStack, NfdStackArgs
-from components.node_pool import AutoScalingPlacement, GpuNodePool, GpuNodePoolArgs, MachineSetPlacement
+from components.node_drain import NodeDrain, NodeDrainArgs
+from components.node_pool import (AutoScalingPlacement, GpuNodePool, GpuNodePoolArgs, InstanceRefresh,
+                                  MachineSetPlacement, cluster_autoscaler)
+from components.node_profile import NodeTuning
+from components.tenant_network import TenantNetwork, TenantNetworkAdmission, TenantNetworkAdmissionArgs
 from components.tenant_quota import TenantQuota, TenantQuotaArgs
 from fleet.kernels import KernelInventory
 from stacks.config import NodePoolConfig, StackConfig
+from stacks.tuning import PoolTuning, node_profile, tenant_network_args
 
 PULL_SECRET = "nvidia-registry"
 
@@ -55,14 +61,27 @@ class GpuPlatform(pulumi.ComponentResource):
             inventory=inventory, release=config.driver_release,
             manager_image=config.images.driver_manager or labels.OPERAND_IMAGES["driverManager"],
             max_parallel_upgrades=config.driver.max_parallel_upgrades,
-            max_unavailable=config.driver.max_unavailable, drain=config.driver.drain, pull_secret=pull_secret,
-        ), pulumi.ResourceOptions(parent=self, depends_on=[operator.installed, cluster_policy.policy]))
+            max_unavailable=config.driver.max_unavailable, drain=config.driver.drain,
+            pull_secret=PULL_SECRET if pull_secret else None,
+        ), pulumi.ResourceOptions(parent=self, depends_on=[operator.installed, cluster_policy.policy,
+                                                           *([pull_secret] if pull_secret else [])]))
 
+        tuning = self._tuning(config)
+        pool_args = {pool.name: self._pool_args(config, pool, tuning) for pool in config.node_pools}
+        # Kubernetes: the drain runs before any group exists or rolls, so no node terminates undrained.
+        drain = [] if openshift else [NodeDrain("node-drain", NodeDrainArgs(
+            cluster=cluster.name, region=cluster.region, groups=tuple(
+                f"{cluster.name}-gpu-{pool.name}" for pool in config.node_pools),
+            drain_timeout_seconds=max(pool.roll.drain_timeout_seconds for pool in config.node_pools),
+            role=cluster.node_termination_handler_role), pulumi.ResourceOptions(parent=self)).ready]
         self.pools = {
-            pool.name: GpuNodePool(f"pool-{pool.name}", self._pool_args(config, pool), pulumi.ResourceOptions(
-                parent=self, depends_on=[driver.drivers[config.kernel_target(pool)]]))
+            pool.name: GpuNodePool(f"pool-{pool.name}", pool_args[pool.name], pulumi.ResourceOptions(
+                parent=self, depends_on=[driver.drivers[config.kernel_target(pool)], *tuning.waits(pool.name),
+                                         *drain]))
             for pool in config.node_pools
         }
+        if openshift:
+            cluster_autoscaler("cluster-autoscaler", list(pool_args.values()), pulumi.ResourceOptions(parent=self))
         MonitoringStack("monitoring", MonitoringStackArgs(
             namespace=namespace, scrapers=cluster.scrapers, prometheus_operator=config.prometheus_operator,
         ), after_install)
@@ -78,6 +97,13 @@ class GpuPlatform(pulumi.ComponentResource):
             ), pulumi.ResourceOptions(parent=self, depends_on=[*priority_classes, admission]))
             for tenant in config.tenants
         }
+        network_admission = TenantNetworkAdmission("tenant-network-admission", TenantNetworkAdmissionArgs(),
+                                                   pulumi.ResourceOptions(parent=self))
+        for tenant in config.tenants:
+            for network in tenant.networks:
+                TenantNetwork(f"tenant-{tenant.name}-network-{network.name}", tenant_network_args(tenant, network),
+                              pulumi.ResourceOptions(parent=self,
+                                                     depends_on=[self.tenants[tenant.name], network_admission]))
 
         self.outputs = {
             "cluster": cluster.name,
@@ -89,32 +115,60 @@ class GpuPlatform(pulumi.ComponentResource):
             "driverImages": driver.images,
             "tenants": {tenant.name: {"gpus": tenant.gpus, "priorityClass": tenant.priority_class}
                         for tenant in config.tenants},
+            "pools": {pool.name: {
+                "instanceType": pool.instance_type, "nodes": pool.replicas, "minNodes": pool.min_replicas,
+                "maxNodes": pool.autoscaler_max, "gpusPerNode": pool.instance.gpus, "gpus": pool.gpu_capacity,
+                "os": config.kernel_target(pool).os, "kernel": pool.kernel, "image": pool.image,
+                "retired": pool.retired, "roll": self.pools[pool.name].roll,
+            } for pool in config.node_pools},
+            "release": cluster.release,
+            # How a node profile change reaches each tuned pool (MCO reboots, or the pool's instance refresh).
+            "profiles": tuning.rollouts(flavor),
         }
+        for name, entry in self.outputs["pools"].items():
+            entry["profile"] = self.outputs["profiles"].get(name)
         self.register_outputs(self.outputs)
 
+    def _tuning(self, config: StackConfig) -> PoolTuning:
+        """Node profiles of the tuned pools (OpenShift: their MachineConfigPools and PerformanceProfiles) and the
+        EFA fabric of the pools that declare it."""
+        profiles = {pool.name: node_profile(pool, config.cluster.kubernetes_version)
+                    for pool in config.node_pools if pool.profile is not None}
+        tuning = {}
+        if config.cluster.flavor == "openshift":
+            tuning = {name: NodeTuning(f"tuning-{name}", profile, pulumi.ResourceOptions(parent=self))
+                      for name, profile in profiles.items()}
+        efa_pools = tuple(pool.name for pool in config.node_pools if pool.fabric == "efa")
+        fabric = EfaFabric("efa", EfaFabricArgs(config.cluster.name, efa_pools),
+                           pulumi.ResourceOptions(parent=self)) if efa_pools else None
+        return PoolTuning(profiles, tuning, fabric)
+
     @staticmethod
-    def _pool_args(config: StackConfig, pool: NodePoolConfig) -> GpuNodePoolArgs:
+    def _pool_args(config: StackConfig, pool: NodePoolConfig, tuning: PoolTuning) -> GpuNodePoolArgs:
         cluster = config.cluster
         if cluster.flavor == "openshift":
             placement = MachineSetPlacement(cluster.infrastructure_id, pool.machine_set_name(cluster),
                                             cluster.region, pool.zone(cluster))
         else:
-            placement = AutoScalingPlacement(cluster.name, cluster.subnet_ids, cluster.security_group_ids,
-                                             cluster.instance_profile)
+            # An EFA pool launches in its one subnet: its cluster placement group lives in one availability zone.
+            placement = AutoScalingPlacement(cluster.name, (pool.subnet_id,) if pool.subnet_id else cluster.subnet_ids,
+                                             cluster.security_group_ids, cluster.instance_profile)
         return GpuNodePoolArgs(
             name=pool.name, instance_type=pool.instance_type, instance=pool.instance, replicas=pool.replicas,
             min_replicas=pool.min_replicas, max_replicas=pool.autoscaler_max, image=pool.image,
-            root_volume_gib=pool.root_volume_gib, placement=placement, kernel=pool.kernel_target)
+            root_volume_gib=pool.root_volume_gib, placement=placement, kernel=pool.kernel_target,
+            refresh=InstanceRefresh(**pool.roll.model_dump()), retired=pool.retired,
+            **tuning.pool_args(pool))
 
-    def _pull_secret(self, config: StackConfig, namespace: str, after: pulumi.Resource) -> str | None:
+    def _pull_secret(self, config: StackConfig, namespace: str, after: pulumi.Resource) -> k8s.core.v1.Secret | None:
+        """The driver registry's pull secret, which each NVIDIADriver names and so waits for; None when unset."""
         if config.registry_pull_secret is None:
             return None
-        k8s.core.v1.Secret(
+        return k8s.core.v1.Secret(
             "registry-pull-secret", metadata=metadata(PULL_SECRET, namespace),
             type="kubernetes.io/dockerconfigjson",
             string_data={".dockerconfigjson": pulumi.Output.secret(config.registry_pull_secret.get_secret_value())},
             opts=pulumi.ResourceOptions(parent=self, depends_on=[after]))
-        return PULL_SECRET
 
     def _priority_classes(self) -> list[k8s.scheduling.v1.PriorityClass]:
         # The API server refuses a changed `value`, and pulumi-kubernetes would try it in place: replace instead.

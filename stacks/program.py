@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
 
 from fleet.kernels import KernelInventory, KernelTarget, ObservedNode
-from stacks.config import ConfigError, StackConfig, load_stack_config
+from stacks.config import PROJECT, ClusterConfig, ConfigError, StackConfig, load_stack_config
 from stacks.discovery import read_live_nodes
 from stacks.gpu_platform import GpuPlatform
+from stacks.preconditions import check_crds, required_crds
 from stacks.preflight import check_driver_images
 
 
@@ -20,19 +23,61 @@ def build(config: StackConfig, observed: Iterable[ObservedNode] | None = None, *
     Args:
         config: the validated stack config.
         observed: GPU nodes already read (a `kubectl get nodes -o json` file); None when not known.
-        discover: read the nodes live when the stack enables discovery and none were given.
+        discover: read the cluster live when the stack enables discovery: check the CRDs the stack needs and does
+            not install (stacks/preconditions.py), and read the nodes when none were given.
         preflight: check every driver image exists before any resource is registered.
         previous: kernels that had a driver before this change; kept while no node inventory says otherwise.
     """
-    if observed is None and discover and config.cluster.discovery.enabled:
-        observed = read_live_nodes(config.cluster.discovery)
+    _refuse_provider_keys(config.cluster)
+    if discover and config.cluster.discovery.enabled:
+        # What the stack needs and does not install is checked before anything is registered.
+        check_crds(config.cluster.discovery, required_crds(config))
+        if observed is None:
+            observed = read_live_nodes(config.cluster.discovery)
     inventory = KernelInventory.build(config.declared_kernels, observed, previous)
     if preflight:
         check_driver_images({target: config.driver_release.image(target) for target in inventory.targets})
-    platform = GpuPlatform("gpu-platform", config, inventory)
+    platform = GpuPlatform("gpu-platform", config, inventory,
+                           pulumi.ResourceOptions(providers=providers(config.cluster)))
     for key, value in platform.outputs.items():
         pulumi.export(key, value)
     return platform
+
+
+# Provider settings the program sets itself from gpu-platform:cluster; the same keys in the provider's own namespace
+# only configure default providers, which no resource of this program uses.
+PROVIDER_KEYS = {("aws", "region"): "region", ("kubernetes", "kubeconfig"): "kubeconfig",
+                 ("kubernetes", "context"): "context"}
+CLUSTER_TAG = "gpu-platform.io/cluster"
+STACK_TAG = "gpu-platform.io/stack"
+
+
+def providers(cluster: ClusterConfig) -> list[pulumi.ProviderResource]:
+    """The explicit AWS and Kubernetes providers every resource of the program uses (children inherit them).
+
+    AWS: the cluster's region, and tags naming the cluster and stack on every AWS resource that takes tags (the
+    provider's `default_tags`; Auto Scaling Groups carry their own). Kubernetes: the cluster's kubeconfig and
+    context (the ones live discovery reads; $KUBECONFIG or ~/.kube/config and its current context when unset);
+    `cluster_identifier` is the cluster's name, so a new kubeconfig path or context for the same cluster updates
+    the provider instead of replacing every object (pulumi-kubernetes DiffConfig); the kubeconfig is a secret.
+    """
+    aws_provider = aws.Provider("aws", region=cluster.region, default_tags=aws.ProviderDefaultTagsArgs(
+        tags={CLUSTER_TAG: cluster.name, STACK_TAG: pulumi.get_stack()}))
+    k8s_provider = k8s.Provider(
+        "kubernetes", cluster_identifier=cluster.name, context=cluster.context,
+        kubeconfig=pulumi.Output.secret(cluster.kubeconfig) if cluster.kubeconfig else None)
+    return [aws_provider, k8s_provider]
+
+
+def _refuse_provider_keys(cluster: ClusterConfig) -> None:
+    """`aws:region`, `kubernetes:kubeconfig` or `kubernetes:context` in the stack file would be ignored; one that
+    names another value than the cluster's is an error rather than a surprise."""
+    for (namespace, key), field in PROVIDER_KEYS.items():
+        value = pulumi.Config(namespace).get(key)
+        if value is not None and value != getattr(cluster, field):
+            raise ConfigError(f"{namespace}:{key}: the program's {namespace} provider takes it from "
+                              f"{PROJECT}:cluster.{field}, not from {namespace}:{key}; move the value there and "
+                              f"remove {namespace}:{key}")
 
 
 def run() -> None:
@@ -41,7 +86,8 @@ def run() -> None:
         config = load_stack_config()
         if not config.cluster.discovery.enabled:
             pulumi.log.warn("live discovery is off (gpu-platform:cluster.discovery.enabled: false): a driver whose "
-                            "kernel leaves the stack config is deleted even if nodes still run it")
+                            "kernel leaves the stack config is deleted even if nodes still run it, and the CRDs the "
+                            "stack needs but does not install are not checked")
         build(config, discover=True, preflight=config.preflight)
     except ConfigError as error:
         raise pulumi.RunError(str(error)) from None

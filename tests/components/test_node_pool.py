@@ -13,6 +13,8 @@ MACHINE_SET = "kubernetes:machine.openshift.io/v1beta1:MachineSet"
 MACHINE_AUTOSCALER = "kubernetes:autoscaling.openshift.io/v1beta1:MachineAutoscaler"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 AUTO_SCALING_GROUP = "aws:autoscaling/group:Group"
+LIFECYCLE_HOOK = "aws:autoscaling/lifecycleHook:LifecycleHook"
+CLUSTER_AUTOSCALER = "kubernetes:autoscaling.openshift.io/v1:ClusterAutoscaler"
 GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
 
 T4_MACHINE_SET = "dev-ocp-7xk2p-gpu-t4-inference-us-east-1a"
@@ -137,7 +139,9 @@ def test_launch_template_boots_the_pools_image_and_instance_type(prod_plan: Plan
     assert template["instanceType"] == "p5.48xlarge"
     assert template["blockDeviceMappings"][0]["ebs"]["volumeSize"] == 1000
     assert template["iamInstanceProfile"] == {"name": "prod-gpu-node"}
-    assert template["vpcSecurityGroupIds"] == ["sg-0d4e5f60718293a4b"]
+    # an EFA pool (fabric: efa) puts the security groups on its network interfaces
+    assert {tuple(i["securityGroups"]) for i in template["networkInterfaces"]} == {("sg-0d4e5f60718293a4b",)}
+    assert aws_resource(prod_plan, LAUNCH_TEMPLATE, "a10g-batch")["vpcSecurityGroupIds"] == ["sg-0d4e5f60718293a4b"]
     assert template["metadataOptions"]["httpTokens"] == "required"
 
 
@@ -160,8 +164,9 @@ def test_group_size_follows_the_pool(prod_plan: Plan, pool: str, desired: int, m
     group = aws_resource(prod_plan, AUTO_SCALING_GROUP, pool)
 
     assert (group["desiredCapacity"], group["minSize"], group["maxSize"]) == (desired, minimum, maximum)
-    assert group["vpcZoneIdentifiers"] == ["subnet-0a1b2c3d4e5f60718", "subnet-0b2c3d4e5f6071829",
-                                           "subnet-0c3d4e5f607182930"]
+    # an EFA pool launches in its one subnet (its cluster placement group lives in one zone)
+    assert group["vpcZoneIdentifiers"] == (["subnet-0a1b2c3d4e5f60718"] if pool == "h100-training" else [
+        "subnet-0a1b2c3d4e5f60718", "subnet-0b2c3d4e5f6071829", "subnet-0c3d4e5f607182930"])
 
 
 def test_group_launches_its_own_template(prod_plan: Plan) -> None:
@@ -196,7 +201,88 @@ def test_group_replaces_instances_gradually(prod_plan: Plan) -> None:
     refresh = aws_resource(prod_plan, AUTO_SCALING_GROUP, "l4-inference")["instanceRefresh"]
 
     assert refresh["strategy"] == "Rolling"
-    assert refresh["preferences"]["minHealthyPercentage"] >= 50
+    # The defaults: 90% stays in service, pauses of 10 minutes at a quarter and a half, unchanged nodes stay.
+    assert refresh["preferences"] == {
+        "minHealthyPercentage": 90, "maxHealthyPercentage": 100, "checkpointPercentages": [25, 50, 100],
+        "checkpointDelay": "600", "instanceWarmup": "300", "skipMatching": True, "autoRollback": False}
+
+
+@pytest.mark.parametrize("pool", ["l4-inference", "a10g-batch", "h100-training"])
+def test_each_group_drains_a_node_before_terminating_it(prod_plan: Plan, pool: str) -> None:
+    [hook] = [r for r in prod_plan.of_type(LIFECYCLE_HOOK) if r["name"] == f"pool-{pool}-drain-hook"]
+
+    assert hook["inputs"] == {"name": f"prod-gpu-gpu-{pool}-drain", "autoscalingGroupName": f"prod-gpu-gpu-{pool}",
+                              "lifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
+                              "defaultResult": "CONTINUE", "heartbeatTimeout": 1800}
+    assert prod_plan.depends_on(hook, f"pool-{pool}-asg")
+    # The group is not created before the handler that drains its nodes runs.
+    assert prod_plan.depends_on(prod_plan.named(f"pool-{pool}-asg"), "node-drain-handler")
+
+
+def test_the_autoscaler_owns_the_node_count_between_updates(prod_plan: Plan, dev_plan: Plan) -> None:
+    for group in prod_plan.of_type(AUTO_SCALING_GROUP):
+        assert group["options"]["ignoreChanges"] == ["desiredCapacity"]
+    for machine_set in dev_plan.of_type(MACHINE_SET):
+        assert machine_set["options"]["ignoreChanges"] == ["spec.replicas"]
+
+
+def test_a_fixed_size_pool_keeps_its_count_under_pulumi(render) -> None:
+    from tests.conftest import stack_config
+
+    config = stack_config("dev")
+    config["gpu-platform:nodePools"][1].update(replicas=1, minReplicas=1, maxReplicas=1)
+    plan = render("dev", config)
+    assert plan.object("MachineSet", A100_MACHINE_SET)["options"]["ignoreChanges"] == []
+    assert plan.object("MachineSet", T4_MACHINE_SET)["options"]["ignoreChanges"] == ["spec.replicas"]
+
+
+@pytest.mark.parametrize(("pool", "accelerator"), [
+    ("l4-inference", "nvidia-l4"), ("a10g-batch", "nvidia-a10g"), ("h100-training", "nvidia-h100")])
+def test_nodes_carry_the_aws_autoscalers_gpu_label(prod_plan: Plan, pool: str, accelerator: str) -> None:
+    """Set by the kubelet at boot and declared for scale from zero, so the autoscaler knows a GPU node early."""
+    tags = asg_tags(prod_plan, pool)
+    assert tags["k8s.io/cluster-autoscaler/node-template/label/k8s.amazonaws.com/accelerator"] == accelerator
+    node_labels = user_data(prod_plan, pool).split("--node-labels=", 1)[1].split("'", 1)[0].split(",")
+    assert f"k8s.amazonaws.com/accelerator={accelerator}" in node_labels
+
+
+def test_pools_are_protected_until_retired(prod_plan: Plan, dev_plan: Plan, render) -> None:
+    from tests.conftest import stack_config
+
+    for plan, types in ((prod_plan, (LAUNCH_TEMPLATE, AUTO_SCALING_GROUP, LIFECYCLE_HOOK)),
+                        (dev_plan, (MACHINE_SET, MACHINE_AUTOSCALER))):
+        for type_ in types:
+            assert plan.of_type(type_) and all(r["options"]["protect"] for r in plan.of_type(type_)), type_
+    config = stack_config("dev")
+    config["gpu-platform:nodePools"][0]["retired"] = True
+    plan = render("dev", config)
+    assert not plan.object("MachineSet", T4_MACHINE_SET)["options"]["protect"]
+    assert not plan.object("MachineAutoscaler", T4_MACHINE_SET)["options"]["protect"]
+    assert plan.object("MachineSet", A100_MACHINE_SET)["options"]["protect"]
+
+
+# -- OpenShift: the one ClusterAutoscaler ---------------------------------------------------------------------------
+
+
+def test_autoscaling_pools_get_the_clusters_autoscaler(dev_plan: Plan) -> None:
+    autoscaler = dev_plan.manifest("ClusterAutoscaler", "default")
+
+    assert autoscaler["apiVersion"] == "autoscaling.openshift.io/v1"
+    assert "namespace" not in autoscaler["metadata"]  # cluster-scoped
+    # GPU caps per type, matched on the nodes' cluster-api/accelerator label: the pools' maxima.
+    assert autoscaler["spec"]["resourceLimits"]["gpus"] == [
+        {"type": "NVIDIA-A100-SXM4-40GB", "min": 0, "max": 16}, {"type": "Tesla-T4", "min": 0, "max": 4}]
+    assert autoscaler["spec"]["scaleDown"]["enabled"] is True
+    assert dev_plan.of_type(CLUSTER_AUTOSCALER)[0]["options"]["protect"] is False
+
+
+def test_no_cluster_autoscaler_when_no_pool_autoscales(render) -> None:
+    from tests.conftest import stack_config
+
+    config = stack_config("dev")
+    for entry in config["gpu-platform:nodePools"]:
+        entry.update(minReplicas=entry["replicas"], maxReplicas=entry["replicas"])
+    assert render("dev", config).of_type(CLUSTER_AUTOSCALER) == []
 
 
 # -- kernels and the drivers pools wait for -------------------------------------------------------------------------

@@ -83,7 +83,8 @@ def test_kernel_upgrade_creates_the_new_driver_before_rolling_only_that_pool(pro
     template = by_name["pool-l4-inference-launch-template"]
     assert template.replace_reasons == [] and {c.path for c in template.changes} == {
         "imageId", "tags.gpu-platform.io/kernel", "tagSpecifications[0].tags.gpu-platform.io/kernel"}
-    assert [(c.old, c.new) for c in by_name["pool-l4-inference-asg"].changes] == [(old_kernel, NEW_KERNEL)]
+    assert sorted((c.old, c.new) for c in by_name["pool-l4-inference-asg"].changes) == [
+        (old_kernel, NEW_KERNEL), ("ami-0e1f2a3b4c5d6e7f8", "ami-0a1b2c3d4e5f60789")]
 
 
 @pytest.fixture(scope="module")
@@ -225,10 +226,18 @@ def test_time_slicing_change_replaces_only_the_device_plugin_config(dev_base):
 
 def test_scaling_a_pool_updates_only_that_pool(dev_base):
     config = stack_config("dev")
-    pool(config, "a100-training")["replicas"] = 2
+    pool(config, "a100-training")["maxReplicas"] = 3
     diff = diff_plans(dev_base, render("dev", config))
-    assert ops(diff) == {"update": ["pool-a100-training"]}
-    assert [change.path for change in diff.steps[0].changes] == ["spec.replicas"]
+    # The bounds move: the pool's MachineAutoscaler, and the cluster's GPU cap (8 GPUs a node).
+    assert ops(diff) == {"update": ["cluster-autoscaler", "pool-a100-training-autoscaler"]}
+    by_name = {step.resource["name"]: step for step in diff.steps}
+    assert [(c.path, c.new) for c in by_name["pool-a100-training-autoscaler"].changes] == [("spec.maxReplicas", 3)]
+    assert [(c.old, c.new) for c in by_name["cluster-autoscaler"].changes] == [(16, 24)]
+
+    # `replicas` is the size a pool starts with: afterwards the autoscaler owns the count, and `up` leaves it.
+    config = stack_config("dev")
+    pool(config, "a100-training")["replicas"] = 2
+    assert diff_plans(dev_base, render("dev", config)).steps == []
 
 
 def test_adding_and_removing_a_tenant_touches_only_that_tenant(dev_base):
@@ -251,3 +260,64 @@ def test_kubernetes_version_bump_changes_no_resource(prod_base):
     config["gpu-platform:cluster"]["kubernetesVersion"] = "1.32"
     diff = diff_plans(prod_base, render("prod", config))
     assert diff.steps == [] and diff.same == len(prod_base["resources"])
+
+
+# -- pools roll safely and are protected -----------------------------------------------------------------------------
+
+
+def test_an_ami_change_on_a_prod_pool_is_a_drained_rate_limited_roll_of_that_pool(prod_base):
+    config = stack_config("prod")
+    old_image = pool(config, "a10g-batch")["image"]
+    pool(config, "a10g-batch").update(image="ami-0a1b2c3d4e5f60789", roll={
+        "minHealthyPercentage": 75, "checkpoints": [50, 100], "checkpointDelaySeconds": 900})
+    new = render("prod", config, previous=base_kernels(prod_base))
+    diff = diff_plans(prod_base, new)
+
+    # Only that pool: a new template version, which the group's instance refresh rolls out.
+    assert ops(diff) == {"update": ["pool-a10g-batch-asg", "pool-a10g-batch-launch-template"]}
+    by_name = {step.resource["name"]: step for step in diff.steps}
+    template = by_name["pool-a10g-batch-launch-template"]
+    assert template.replace_reasons == [] and [(c.path, c.old, c.new) for c in template.changes] == [
+        ("imageId", old_image, "ami-0a1b2c3d4e5f60789")]
+    group = by_name["pool-a10g-batch-asg"]
+    assert group.replace_reasons == []
+    assert {c.path.split("[")[0] for c in group.changes if c.path.startswith("instanceRefresh")} == {
+        "instanceRefresh.preferences.checkpointDelay", "instanceRefresh.preferences.checkpointPercentages",
+        "instanceRefresh.preferences.minHealthyPercentage"}
+    assert [(c.old, c.new) for c in group.changes if c.path.startswith("tags")] == [
+        (old_image, "ami-0a1b2c3d4e5f60789")]
+    refresh = group.resource["inputs"]["instanceRefresh"]
+    assert refresh["strategy"] == "Rolling" and refresh["preferences"] == {
+        "minHealthyPercentage": 75, "maxHealthyPercentage": 100, "checkpointPercentages": [50, 100],
+        "checkpointDelay": "900", "instanceWarmup": "300", "skipMatching": True, "autoRollback": False}
+    # Each node is drained before it terminates: the group's termination hook holds it for the handler.
+    [hook] = [r for r in new["resources"] if r["type"] == "aws:autoscaling/lifecycleHook:LifecycleHook"
+              and r["inputs"]["autoscalingGroupName"] == "prod-gpu-gpu-a10g-batch"]
+    assert hook["inputs"]["lifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
+    assert (hook["inputs"]["defaultResult"], hook["inputs"]["heartbeatTimeout"]) == ("CONTINUE", 1800)
+    assert "a10g-batch" in hook["name"] and group.resource["urn"] in hook["dependencies"]
+    rule = next(r for r in new["resources"] if r["type"] == "aws:cloudwatch/eventRule:EventRule")
+    assert "prod-gpu-gpu-a10g-batch" in json.loads(rule["inputs"]["eventPattern"])["detail"]["AutoScalingGroupName"]
+    handler = next(r for r in new["resources"] if r["name"] == "node-drain-handler")
+    assert group.resource["urn"] not in handler["dependencies"] and handler["urn"] in group.resource["dependencies"]
+    roll = new["outputs"]["pools"]["a10g-batch"]["roll"]
+    assert roll["method"] == "instance-refresh" and (roll["minHealthyPercentage"], roll["checkpoints"]) == (75, [50, 100])
+    assert "drains each node" in roll["drain"]
+    assert new["outputs"]["pools"]["a10g-batch"]["image"] == "ami-0a1b2c3d4e5f60789"
+
+
+def test_removing_a_pool_takes_retiring_it_first(prod_base):
+    protected = {r["name"] for r in prod_base["resources"] if r["options"]["protect"]}
+    assert {"pool-h100-training-asg", "pool-h100-training-launch-template",
+            "pool-h100-training-drain-hook"} <= protected
+
+    config = stack_config("prod")
+    pool(config, "h100-training")["retired"] = True
+    retired = render("prod", config)
+    diff = diff_plans(prod_base, retired)
+    # Retiring changes no property: it only unprotects that pool, so the next change may remove it.
+    assert diff.steps == []
+    now_protected = {r["name"] for r in retired["resources"] if r["options"]["protect"]}
+    assert protected - now_protected == {"pool-h100-training-asg", "pool-h100-training-launch-template",
+                                         "pool-h100-training-drain-hook"}
+    assert retired["outputs"]["pools"]["h100-training"]["retired"] is True

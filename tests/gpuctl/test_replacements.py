@@ -108,6 +108,52 @@ def test_a_placement_group_strategy_change_replaces_it():
     assert reasons("aws:ec2/placementGroup:PlacementGroup", "strategy", "tags.a") == ["strategy"]
 
 
+def test_a_lifecycle_hook_is_replaced_only_for_its_name():
+    # aws_autoscaling_lifecycle_hook: name ForceNew; its heartbeat and default result update in place.
+    assert reasons("aws:autoscaling/lifecycleHook:LifecycleHook", "heartbeatTimeout", "defaultResult") == []
+    assert reasons("aws:autoscaling/lifecycleHook:LifecycleHook", "name") == ["name"]
+
+
+def test_a_queue_is_replaced_for_its_name_or_fifo_only():
+    # aws_sqs_queue: name, name_prefix, fifo_queue ForceNew; attributes are set in place.
+    queue = "aws:sqs/queue:Queue"
+    assert reasons(queue, "messageRetentionSeconds", "sqsManagedSseEnabled", "policy") == []
+    assert reasons(queue, "name", "fifoQueue") == ["fifoQueue", "name"]
+
+
+def test_a_queue_policy_is_replaced_only_for_another_queue():
+    # aws_sqs_queue_policy: queue_url ForceNew.
+    assert reasons("aws:sqs/queuePolicy:QueuePolicy", "policy") == []
+    assert reasons("aws:sqs/queuePolicy:QueuePolicy", "queueUrl") == ["queueUrl"]
+
+
+def test_an_event_rule_pattern_change_updates_it_in_place():
+    # aws_cloudwatch_event_rule: name, name_prefix, event_bus_name ForceNew.
+    rule = "aws:cloudwatch/eventRule:EventRule"
+    assert reasons(rule, "eventPattern", "description") == []
+    assert reasons(rule, "name", "eventBusName") == ["eventBusName", "name"]
+
+
+def test_an_event_target_is_replaced_for_its_rule_or_id():
+    # aws_cloudwatch_event_target: rule, target_id, event_bus_name ForceNew; its arn updates in place.
+    target = "aws:cloudwatch/eventTarget:EventTarget"
+    assert reasons(target, "arn") == []
+    assert reasons(target, "rule", "targetId") == ["rule", "targetId"]
+
+
+def test_an_iam_policy_document_change_is_a_new_version():
+    # aws_iam_policy: name, name_prefix, path, description ForceNew; the document makes a new default version.
+    policy = "aws:iam/policy:Policy"
+    assert reasons(policy, "policy") == []
+    assert reasons(policy, "description", "path") == ["description", "path"]
+
+
+def test_a_role_policy_attachment_is_replaced_for_another_role_or_policy():
+    # aws_iam_role_policy_attachment: role, policy_arn ForceNew (it has no update).
+    attachment = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
+    assert reasons(attachment, "role", "policyArn") == ["policyArn", "role"]
+
+
 def test_unknown_types_have_no_provider_rule():
     assert reasons("random:index/randomId:RandomId", "byteLength") == []
 
@@ -151,5 +197,7 @@ def test_every_registered_type_is_a_kubernetes_object_a_helm_release_or_a_known_
         paths = force_new_paths(resource_type, {})
         if resource_type.startswith("kubernetes:"):
             assert paths[:2] in (("metadata.name", "metadata.namespace"), ("name", "namespace")), resource_type
+        elif resource_type.startswith("pulumi:providers:"):
+            assert paths, resource_type
         else:
             assert resource_type in AWS_FORCE_NEW and paths, resource_type

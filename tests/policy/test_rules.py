@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import base64
 import copy
+import json
 import select
 import subprocess
 import sys
@@ -51,10 +52,19 @@ def add(doc: Document, type_: str, name: str, manifest: dict[str, Any]) -> None:
                              "custom": True, "parent": None, "dependencies": [], "inputs": manifest, "options": {}})
 
 
+def gpu_machine_set_outside_pools(doc: Document) -> None:
+    """A hand-written MachineSet, outside any pool component, that advertises GPUs and taints nothing."""
+    machine_set = copy.deepcopy(inputs(doc, "pool-t4-inference"))
+    machine_set["metadata"]["name"] = "extra-gpu"
+    machine_set["spec"]["template"]["spec"]["taints"] = []
+    add(doc, "kubernetes:machine.openshift.io/v1beta1:MachineSet", "extra-gpu-machineset", machine_set)
+
+
 def user_data(script: str) -> str:
     return base64.b64encode(script.encode()).decode()
 
 
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 ROLE = "kubernetes:rbac.authorization.k8s.io/v1:Role"
 ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
 CLUSTER_ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding"
@@ -176,6 +186,48 @@ def cluster_policy(doc: Document, toolkit_env: dict[str, str], plugin_env: dict[
                  "devicePlugin": {"enabled": True, "env": env(plugin_env)}}})
 
 
+PROFILE = "tuning-a100-training-performance-profile"  # dev: the tuned training pool's PerformanceProfile
+
+
+def hugepages(doc: Document, count: int) -> None:
+    inputs(doc, PROFILE)["spec"]["hugepages"]["pages"] = [{"size": "1G", "count": count}]
+
+
+def allow_to_pods(doc: Document, names: list[str]) -> None:
+    """The PerformanceProfile's kubelet snippet lets pods set these sysctls."""
+    inputs(doc, PROFILE)["metadata"]["annotations"]["kubeletconfig.experimental"] = json.dumps(
+        {"allowedUnsafeSysctls": names})
+
+
+def own_tuned(doc: Document) -> None:
+    """A hand-written Tuned profile that sets a sysctl on every worker, outside any pool's profile."""
+    add(doc, "kubernetes:tuned.openshift.io/v1:Tuned", "worker-sysctls", {
+        "apiVersion": "tuned.openshift.io/v1", "kind": "Tuned",
+        "metadata": {"name": "worker-sysctls", "namespace": "openshift-cluster-node-tuning-operator"},
+        "spec": {"profile": [{"name": "worker-sysctls", "data": "[main]\ninclude=openshift-node\n[sysctl]\n"
+                                                                  "vm.swappiness=10\n"}],
+                 "recommend": [{"match": [{"label": "node-role.kubernetes.io/worker"}], "priority": 25,
+                                "profile": "worker-sysctls"}]}})
+
+
+def pod_sysctl(doc: Document, name: str) -> None:
+    gpu_workload(doc, [GPU_TOLERATION])
+    pod(doc, "vision-trainer")["securityContext"] = {"sysctls": [{"name": name, "value": "1"}]}
+
+
+def efa_interfaces(doc: Document, template: str, count: int) -> None:
+    inputs(doc, template)["networkInterfaces"] = [
+        {"deviceIndex": 0 if card == 0 else 1, "networkCardIndex": card, "interfaceType": "efa"}
+        for card in range(count)]
+
+
+def networked(doc: Document, networks: str) -> None:
+    """The tenant vision's trainer asks Multus for these networks."""
+    gpu_workload(doc, [GPU_TOLERATION])
+    inputs(doc, "vision-trainer")["spec"]["template"]["metadata"]["annotations"] = {
+        "k8s.v1.cni.cncf.io/networks": networks}
+
+
 HARDENED = {"ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED": "false",
             "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS": "true"}
 GPU_TOLERATION = dict(labels.GPU_TOLERATION)
@@ -195,7 +247,12 @@ CASES: list[Case] = [
     ("asg-without-taint-tag", "gpu-pool-tainted", "prod", drop_asg_taint_tag, True, "pool-a10g-batch-asg"),
     ("launch-template-without-kubelet-taint", "gpu-pool-tainted", "prod",
      lambda d: inputs(d, "pool-h100-training-launch-template").update(userData=user_data("#!/bin/bash\nbootstrap\n")),
-     True, "pool-h100-training-asg"),
+     True, "pool-h100-training-launch-template"),
+    ("cpu-launch-template-untainted", "gpu-pool-tainted", "prod", lambda d: add(
+        d, LAUNCH_TEMPLATE, "cpu-workers", {"name": "cpu-workers", "userData": user_data("#!/bin/bash\nbootstrap\n")}),
+     False, None),
+    ("hand-written-gpu-machineset-untainted", "gpu-pool-tainted", "dev", gpu_machine_set_outside_pools, True,
+     "extra-gpu-machineset"),
 
     ("scoped-quota-alongside", "tenant-gpu-quota", "dev", lambda d: None, False, None),
     ("no-gpu-quota", "tenant-gpu-quota", "dev", lambda d: remove(d, "tenant-vision-gpu-quota"), True,
@@ -338,6 +395,44 @@ CASES: list[Case] = [
     ("one-system-class-open", "tenant-no-system-priority", "dev", lambda d: inputs(d, "tenant-vision-system-priority")[
         "spec"]["scopeSelector"]["matchExpressions"][0].update(values=[labels.NODE_CRITICAL_PRIORITY]), True,
      "tenant-vision-namespace"),
+
+    ("profile-hugepages-fit", "hugepages-within-memory", "dev", lambda d: hugepages(d, 900), False, None),
+    ("profile-hugepages-over-memory", "hugepages-within-memory", "dev", lambda d: hugepages(d, 1000), True, PROFILE),
+    ("boot-hugepages-over-memory", "hugepages-within-memory", "prod", lambda d: inputs(
+        d, "pool-l4-inference-launch-template").update(userData=user_data(
+            "#!/bin/bash\necho 14 > /sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages\n")), True,
+     "pool-l4-inference-launch-template"),
+
+    ("namespaced-sysctl-allowed", "node-sysctls-only-in-profiles", "dev",
+     lambda d: allow_to_pods(d, ["net.core.somaxconn", "kernel.shm*"]), False, None),
+    ("safe-sysctl-in-pod", "node-sysctls-only-in-profiles", "dev",
+     lambda d: pod_sysctl(d, "net.ipv4.tcp_keepalive_time"), False, None),
+    ("node-sysctl-allowed-to-pods", "node-sysctls-only-in-profiles", "dev",
+     lambda d: allow_to_pods(d, ["vm.swappiness"]), True, PROFILE),
+    ("node-sysctl-in-pod", "node-sysctls-only-in-profiles", "dev", lambda d: pod_sysctl(d, "vm.max_map_count"), True,
+     "vision-trainer"),
+    ("node-sysctl-kubelet-flag", "node-sysctls-only-in-profiles", "prod", lambda d: inputs(
+        d, "pool-a10g-batch-launch-template").update(userData=user_data(
+            "#!/bin/bash\nbootstrap --kubelet-extra-args '--allowed-unsafe-sysctls=kernel.numa_balancing'\n")), True,
+     "pool-a10g-batch-launch-template"),
+    ("tuned-outside-profile", "node-sysctls-only-in-profiles", "dev", own_tuned, True, "worker-sysctls"),
+
+    ("efa-on-p5", "efa-only-on-capable-instances", "prod", lambda d: None, False, None),
+    ("one-efa-on-g5-12xlarge", "efa-only-on-capable-instances", "prod",
+     lambda d: efa_interfaces(d, "pool-a10g-batch-launch-template", 1), False, None),
+    ("efa-on-g6-xlarge", "efa-only-on-capable-instances", "prod",
+     lambda d: efa_interfaces(d, "pool-l4-inference-launch-template", 1), True, "pool-l4-inference-launch-template"),
+    ("too-many-efa", "efa-only-on-capable-instances", "prod",
+     lambda d: efa_interfaces(d, "pool-a10g-batch-launch-template", 2), True, "pool-a10g-batch-launch-template"),
+
+    ("own-network", "tenant-networks-own-namespace", "dev", lambda d: networked(d, "collective@net1, vision/collective"),
+     False, None),
+    ("own-network-json", "tenant-networks-own-namespace", "dev",
+     lambda d: networked(d, '[{"name": "collective", "interface": "net1"}]'), False, None),
+    ("other-tenant-network", "tenant-networks-own-namespace", "dev",
+     lambda d: networked(d, "collective,nlp-research/collective"), True, "vision-trainer"),
+    ("other-tenant-network-json", "tenant-networks-own-namespace", "dev",
+     lambda d: networked(d, '[{"name": "collective", "namespace": "nlp-research"}]'), True, "vision-trainer"),
 ]
 
 

@@ -588,3 +588,101 @@ def test_discovery_can_be_turned_off() -> None:
     values["cluster"]["discovery"] = {"enabled": False}
 
     assert parse_stack_config(values).cluster.discovery.enabled is False
+
+
+# Node profiles, EFA, tenant networks ----------------------------------------------------------------------------
+
+
+def profile(values: Values) -> Values:
+    """dev's tuned training pool's profile."""
+    return pool(values, 1)["profile"]
+
+
+@pytest.mark.parametrize(("mutate", "expected"), [
+    (lambda v: profile(v).update(reservedCpus="0-1,96"), "reservedCpus '0-1,96' does not fit the 96 vCPUs"),
+    (lambda v: profile(v).update(reservedCpus="0-95"), "does not fit the 96 vCPUs"),
+    (lambda v: profile(v).update(hugepages={"1Gi": 1000}), "profile.hugepages take 1024000 MiB"),
+    (lambda v: profile(v)["podSysctls"].append("vm.swappiness"),
+     "pool 'a100-training' profile.podSysctls: 'vm.swappiness' is node-level"),
+    (lambda v: profile(v)["nodeSysctls"].update({"net.core.somaxconn": "4096"}),
+     "nodeSysctls: 'net.core.somaxconn' is namespaced (pods set it in their own namespace)"),
+    (lambda v: profile(v)["nodeSysctls"].update({"net.ipv4.tcp_syncookies": "1"}),
+     "nodeSysctls: 'net.ipv4.tcp_syncookies' is namespaced (any pod may set it)"),
+    (lambda v: profile(v)["podSysctls"].append("Not A Sysctl"), "'Not A Sysctl' is not a sysctl name"),
+    (lambda v: profile(v).update(cpuManagerPolicy="none", topologyManagerPolicy="none"),
+     "profile.cpuManagerPolicy: OpenShift tunes pools with a PerformanceProfile"),
+    (lambda v: profile(v).update(hugepages={"4Mi": 1}), "nodePools[1].profile.hugepages.4Mi"),
+    (lambda v: pool(v, 1).update(fabric="efa"), "sets fabric efa, which this platform sets up on Kubernetes pools"),
+])
+def test_profile_mistakes_name_the_pool_and_the_fix(mutate: Callable[[Values], Any], expected: str) -> None:
+    assert expected in config_error(mutate)
+
+
+def test_tuned_pool_parses_into_its_classes() -> None:
+    config = parse_stack_config(config_values("dev"))
+    tuned = config.node_pools[1].profile
+    assert tuned.reserved == {0, 1, 48, 49} and tuned.hugepages_mib == 64 * 1024
+    assert config.tenants[0].networks[0].name == "collective"
+    assert parse_stack_config(config_values("prod")).node_pools[2].fabric == "efa"
+
+
+@pytest.mark.parametrize(("mutate", "expected"), [
+    (lambda v: pool(v, 0).update(fabric="efa", subnetId="subnet-0a1b2c3d4e5f60718"),
+     "instanceType 'g6.xlarge' has no EFA"),
+    (lambda v: pool(v, 2).pop("subnetId"), "needs subnetId: one of cluster.subnetIds"),
+    (lambda v: pool(v, 2).update(subnetId="subnet-0fffffffffffffff0"), "is not one of cluster.subnetIds"),
+])
+def test_efa_mistakes(mutate: Callable[[Values], Any], expected: str) -> None:
+    assert expected in config_error(mutate, "prod")
+
+
+@pytest.mark.parametrize(("network", "expected"), [
+    ({"name": "n", "type": "macvlan", "ipam": {"range": "10.0.0.0/24"}}, "a macvlan network needs master"),
+    ({"name": "n", "type": "sriov", "ipam": {"range": "10.0.0.0/24"}}, "an sriov network needs resourceName"),
+    ({"name": "n", "type": "macvlan", "master": "ens6", "ipam": {"range": "10.0.0.1/24"}},
+     "'10.0.0.1/24' is not a network in CIDR form"),
+    ({"name": "n", "type": "macvlan", "master": "ens6", "ipam": {"range": "10.0.0.0/24", "gateway": "10.1.0.1"}},
+     "gateway '10.1.0.1' must be an address inside range"),
+    ({"name": "n", "type": "ipvlan", "master": "ens6", "ipam": {"range": "10.0.0.0/24"}}, "networks[0].type"),
+])
+def test_tenant_network_mistakes(network: Values, expected: str) -> None:
+    message = config_error(lambda v: v["tenants"][1].update(networks=[network]))
+    assert "tenants[1].networks[0]" in message and expected in message
+
+
+# -- how pools roll, and retiring them -------------------------------------------------------------------------------
+
+
+def test_roll_defaults_and_bounds() -> None:
+    config = parse_stack_config(config_values("prod"))
+    roll = config.node_pools[0].roll
+    assert (roll.min_healthy_percentage, roll.max_healthy_percentage, roll.checkpoints) == (90, 100, (25, 50, 100))
+    assert (roll.checkpoint_delay_seconds, roll.drain_timeout_seconds, config.node_pools[0].retired) == (600, 1800, False)
+
+
+@pytest.mark.parametrize(("roll", "expected"), [
+    ({"checkpoints": [50, 25, 100]}, "nodePools[0].roll: checkpoints [50, 25, 100] must rise strictly and end at 100"),
+    ({"checkpoints": [25, 50]}, "must rise strictly and end at 100"),
+    ({"minHealthyPercentage": 100}, "maxHealthyPercentage 100 must exceed minHealthyPercentage 100"),
+    ({"maxHealthyPercentage": 250}, "nodePools[0].roll.maxHealthyPercentage: 250 is too large; use at most 200"),
+    ({"drainTimeoutSeconds": 9000}, "nodePools[0].roll.drainTimeoutSeconds: 9000 is too large; use at most 7200"),
+    ({"checkpointDelay": 60}, "nodePools[0].roll.checkpointDelay: unknown key"),
+])
+def test_bad_roll_names_the_field_and_the_fix(roll: Values, expected: str) -> None:
+    assert expected in config_error(lambda v: pool(v).update(roll=roll), stack="prod")
+
+
+def test_openshift_pool_must_not_set_roll() -> None:
+    message = config_error(lambda v: pool(v).update(roll={"minHealthyPercentage": 80}))
+    assert "sets roll, which applies to Kubernetes pools" in message and "remove roll" in message
+
+
+def test_retired_must_be_a_boolean() -> None:
+    assert "nodePools[0].retired" in config_error(lambda v: pool(v).update(retired="soon"), stack="prod")
+
+
+def test_termination_handler_role_is_kubernetes_only() -> None:
+    message = config_error(lambda v: v["cluster"].update(nodeTerminationHandlerRole="workers"))
+    assert "nodeTerminationHandlerRole applies to Kubernetes" in message
+    assert "nodeTerminationHandlerRole" in config_error(
+        lambda v: v["cluster"].update(nodeTerminationHandlerRole="bad role!"), stack="prod")

@@ -22,6 +22,7 @@ from fleet.kernels import KernelTarget, ObservedNode
 from tests.loopback import closed_port, serving
 
 TOKEN = "reader-token"
+CRD_PREFIX = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
 OLD, NEW = "6.8.0-1021-aws", "6.8.0-1024-aws"
 
 
@@ -39,6 +40,7 @@ class StandInApi:
 
     def __init__(self) -> None:
         self.nodes = [node("gpu-a", OLD), node("gpu-b", NEW), node("gpu-c", NEW), node("cpu-a", OLD, gpu=False)]
+        self.crds: set[str] = set()  # CRDs served at /apis/apiextensions.k8s.io/v1/customresourcedefinitions/<name>
         self.fault: str | None = None
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.release = threading.Event()
@@ -89,6 +91,10 @@ class StandInApi:
             return self.send(request, 200, b"<html>sign in</html>", "text/html")
         if self.fault == "not-a-list":
             return self.send(request, 200, b'{"kind": "Status", "apiVersion": "v1"}', "application/json")
+        if url.path.startswith(CRD_PREFIX) and url.path[len(CRD_PREFIX):] in self.crds:
+            crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                   "metadata": {"name": url.path[len(CRD_PREFIX):]}}
+            return self.send(request, 200, json.dumps(crd).encode(), "application/json")
         if url.path != "/api/v1/nodes":
             return self.status(request, 404, "NotFound", "the server could not find the requested resource")
         selector = parse_qs(url.query).get("labelSelector", [""])[0]

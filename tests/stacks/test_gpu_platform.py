@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pulumi
@@ -14,7 +15,8 @@ from gpuctl.render import render_plan
 from gpuctl.runtime import run_program
 from gpuctl.stackfile import stack_file_from_config
 from stacks import program
-from tests.conftest import Plan, render_stack, stack_config
+from stacks.config import ConfigError, parse_stack_config
+from tests.conftest import Plan, config_values, render_stack, stack_config
 
 NVIDIA_DRIVER = "kubernetes:nvidia.com/v1alpha1:NVIDIADriver"
 MACHINE_SET = "kubernetes:machine.openshift.io/v1beta1:MachineSet"
@@ -187,9 +189,12 @@ def test_tenant_objects_wait_for_priority_classes_and_admission(stack: str, dev_
 
 
 def test_every_child_has_a_parent_in_the_plan(dev_plan: Plan) -> None:
-    platform = next(r for r in dev_plan.resources if r["type"] == "gpu-platform:index:GpuPlatform")
+    # The platform and the providers it is handed are the stack's own children.
+    top = [r for r in dev_plan.resources if r["type"] == "gpu-platform:index:GpuPlatform"
+           or r["type"].startswith("pulumi:providers:")]
+    assert len(top) == 3
     for resource in dev_plan.resources:
-        if resource is not platform:
+        if resource not in top:
             assert resource["parent"] in dev_plan.by_urn, resource["urn"]
         assert all(dep in dev_plan.by_urn for dep in resource["dependencies"]), resource["urn"]
 
@@ -227,6 +232,23 @@ def test_prod_outputs(prod_plan: Plan) -> None:
     }
     assert set(outputs["tenants"]) == {"search-ranking", "llm-training", "analytics"}
     assert outputs["tenants"]["llm-training"]["gpus"] == 16
+
+
+def test_pools_output_says_how_each_pool_rolls(dev_plan: Plan, prod_plan: Plan) -> None:
+    h100 = prod_plan.outputs["pools"]["h100-training"]
+    assert {key: h100[key] for key in ("instanceType", "nodes", "minNodes", "maxNodes", "gpusPerNode", "gpus", "os",
+                                       "kernel", "image", "retired")} == {
+        "instanceType": "p5.48xlarge", "nodes": 2, "minNodes": 0, "maxNodes": 4, "gpusPerNode": 8, "gpus": 16,
+        "os": "ubuntu22.04", "kernel": "6.8.0-1019-aws", "image": "ami-0f2a3b4c5d6e7f809", "retired": False}
+    assert h100["roll"]["method"] == "instance-refresh"
+    assert (h100["roll"]["minHealthyPercentage"], h100["roll"]["checkpoints"]) == (90, [25, 50, 100])
+    assert "heartbeat 1800 s" in h100["roll"]["drain"]
+    assert prod_plan.outputs.get("release") is None  # Kubernetes: each pool names its kernel
+
+    t4 = dev_plan.outputs["pools"]["t4-inference"]
+    assert t4["roll"]["method"] == "machineset" and "new machines only" in t4["roll"]["note"]
+    assert t4.get("kernel") is None and t4["os"] == "rhcos4.18"
+    assert dev_plan.outputs["release"] == "4.18.24"
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
@@ -384,6 +406,7 @@ def run_with_discovery(enabled: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[
     reads: list[Any] = []
     monkeypatch.setattr(pulumi.log, "warn", lambda message, *args, **kwargs: warnings.append(message))
     monkeypatch.setattr(program, "read_live_nodes", lambda discovery: reads.append(discovery) or [])
+    monkeypatch.setattr(program, "check_crds", lambda discovery, needed: reads.append(needed))
     config = stack_config("prod")
     config["gpu-platform:cluster"]["discovery"] = {"enabled": enabled}
     config["gpu-platform:preflight"] = False
@@ -402,5 +425,171 @@ def test_run_warns_when_discovery_is_off(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_run_reads_live_nodes_without_warning_when_discovery_is_on(monkeypatch: pytest.MonkeyPatch) -> None:
     warnings, reads = run_with_discovery(True, monkeypatch)
 
-    assert len(reads) == 1 and reads[0].enabled is True
+    crds, nodes = reads  # the CRD preconditions first, then the nodes
+    assert {precondition.kind for precondition in crds} == {"PrometheusRule", "ServiceMonitor"}
+    assert nodes.enabled is True
     assert not any("live discovery is off" in warning for warning in warnings)
+
+
+# -- providers: explicit, from the stack config ------------------------------------------------------------------
+
+AWS_PROVIDER = "pulumi:providers:aws"
+K8S_PROVIDER = "pulumi:providers:kubernetes"
+
+
+def provider_of(plan: Plan, resource: dict[str, Any]) -> dict[str, Any]:
+    """The provider resource a resource's provider reference (`<urn>::<id>`) names."""
+    assert resource["provider"], f"{resource['name']} uses a default provider"
+    return plan.by_urn[resource["provider"].rsplit("::", 1)[0]]
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_every_resource_uses_an_explicit_provider_built_from_the_stack_config(stack: str, dev_plan: Plan,
+                                                                               prod_plan: Plan) -> None:
+    plan = {"dev": dev_plan, "prod": prod_plan}[stack]
+    cluster = stack_config(stack)["gpu-platform:cluster"]
+    [aws_provider], [k8s_provider] = plan.of_type(AWS_PROVIDER), plan.of_type(K8S_PROVIDER)
+    assert aws_provider["inputs"]["region"] == cluster["region"]
+    assert k8s_provider["inputs"]["clusterIdentifier"] == cluster["name"]
+    for resource in plan.resources:
+        if not resource["custom"] or resource["type"].startswith("pulumi:providers:"):
+            continue
+        package = resource["type"].split(":", 1)[0]
+        assert provider_of(plan, resource) is {"aws": aws_provider, "kubernetes": k8s_provider}[package], \
+            resource["name"]
+
+
+def test_aws_resources_are_tagged_with_cluster_and_stack(prod_plan: Plan) -> None:
+    [aws_provider] = prod_plan.of_type(AWS_PROVIDER)
+    tags = json.loads(aws_provider["inputs"]["defaultTags"])["tags"]
+    assert tags == {program.CLUSTER_TAG: "prod-gpu", program.STACK_TAG: "prod"}
+
+
+def test_kubeconfig_and_context_reach_provider_and_discovery_and_the_kubeconfig_stays_secret() -> None:
+    config = with_cluster("prod", kubeconfig="~/.kube/prod", context="prod-admin")
+    plan = render_stack("prod", config)
+    [k8s_provider] = plan.of_type(K8S_PROVIDER)
+
+    assert k8s_provider["inputs"]["context"] == "prod-admin"
+    assert k8s_provider["inputs"]["kubeconfig"] == "[secret]"
+    assert "~/.kube/prod" not in json.dumps(plan.document)
+
+
+def test_older_stack_files_keep_kubeconfig_under_discovery() -> None:
+    values = config_values("prod")
+    values["cluster"]["discovery"] = {"kubeconfig": "~/.kube/prod", "context": "prod"}
+    cluster = parse_stack_config(values).cluster
+    assert (cluster.kubeconfig, cluster.context) == ("~/.kube/prod", "prod")
+    assert (cluster.discovery.kubeconfig, cluster.discovery.context) == ("~/.kube/prod", "prod")
+
+
+def test_two_different_contexts_are_refused() -> None:
+    values = config_values("prod")
+    values["cluster"]["context"] = "prod"
+    values["cluster"]["discovery"] = {"context": "staging"}
+    with pytest.raises(ConfigError, match=r"cluster: context is set twice.*keep cluster.context only"):
+        parse_stack_config(values)
+
+
+@pytest.mark.parametrize(("key", "value"), [("aws:region", "eu-west-1"), ("kubernetes:context", "other")])
+def test_provider_keys_that_the_program_would_ignore_are_refused(key: str, value: str) -> None:
+    config = stack_config("prod")
+    config[key] = value
+    with pytest.raises(ConfigError, match=rf"^{key}: the program's .* provider takes it from gpu-platform:cluster"):
+        render_stack("prod", config)
+
+
+def test_a_provider_key_equal_to_the_cluster_s_is_accepted() -> None:
+    config = stack_config("prod")
+    config["aws:region"] = config["gpu-platform:cluster"]["region"]
+    assert render_stack("prod", config).of_type(AWS_PROVIDER)
+
+
+# -- ordering on an empty cluster ----------------------------------------------------------------------------------
+
+INSTALLERS = {"nvidia.com": "gpu-operator", "nfd.openshift.io": "nfd"}  # CRD group -> the component installing it
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_custom_resources_depend_on_what_installs_their_crd(stack: str, dev_plan: Plan, prod_plan: Plan) -> None:
+    plan = {"dev": dev_plan, "prod": prod_plan}[stack]
+    installers = {"gpu-operator": {"gpu-operator-release", "gpu-operator-olm-approve-install-plan"},
+                  "nfd": {"nfd-release", "nfd-operator-approve-install-plan"}}
+    checked = 0
+    for resource in plan.resources:
+        group = resource["type"].split(":")[1].split("/")[0] if resource["type"].startswith("kubernetes:") else ""
+        if group in INSTALLERS:
+            names = {plan.by_urn[urn]["name"] for urn in resource["dependencies"]}
+            assert names & installers[INSTALLERS[group]], f"{resource['name']} does not wait for its CRD's install"
+            checked += 1
+    assert checked >= 2
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_workloads_depend_on_their_bindings(stack: str, dev_plan: Plan, prod_plan: Plan) -> None:
+    """A pod's service account and its RoleBinding exist before the workload that runs as it."""
+    plan = {"dev": dev_plan, "prod": prod_plan}[stack]
+    workloads = [r for r in plan.resources if r["type"].split(":")[-1] in ("Job", "Deployment", "DaemonSet",
+                                                                            "StatefulSet", "CronJob")]
+    for workload in workloads:
+        namespace = workload["inputs"]["metadata"]["namespace"]
+        account = workload["inputs"]["spec"]["template"]["spec"].get("serviceAccountName")
+        if not account:
+            continue
+        bindings = [r for r in plan.resources if r["type"].endswith(":RoleBinding")
+                    and r["inputs"]["metadata"].get("namespace") == namespace
+                    and any(s.get("kind") == "ServiceAccount" and s.get("name") == account
+                            for s in r["inputs"].get("subjects", []))]
+        accounts = [r for r in plan.resources if r["type"].endswith(":ServiceAccount")
+                    and r["inputs"]["metadata"] == {**r["inputs"]["metadata"], "name": account,
+                                                    "namespace": namespace}]
+        assert bindings and accounts, f"{workload['name']} runs as {account}, which the stack does not bind"
+        for needed in (*bindings, *accounts):
+            assert depends(workload, needed), f"{workload['name']} does not wait for {needed['name']}"
+    if stack == "dev":
+        assert len(workloads) >= 2  # the install-plan approvers
+
+
+def test_drivers_wait_for_the_pull_secret_they_name() -> None:
+    config = stack_config("prod")
+    config["gpu-platform:registryPullSecret"] = {"secure": "v1:placeholder"}
+    plan = render_stack("prod", config)
+    secret = plan.object("Secret", "nvidia-registry", "gpu-operator")
+    for driver in plan.of_type(NVIDIA_DRIVER):
+        assert driver["inputs"]["spec"]["imagePullSecrets"] == ["nvidia-registry"]
+        assert depends(driver, secret)
+
+
+# -- what `pulumi up` waits for ------------------------------------------------------------------------------------
+
+# Kinds whose readiness needs (GPU) nodes or is an operator's business: `pulumi up` must never wait for it.
+NODE_BOUND_KINDS = {"ClusterPolicy", "NVIDIADriver", "NodeFeatureDiscovery", "MachineSet"}
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_no_wait_can_hang_on_absent_nodes(stack: str, dev_plan: Plan, prod_plan: Plan) -> None:
+    plan = {"dev": dev_plan, "prod": prod_plan}[stack]
+    for resource in plan.resources:
+        kind = resource["type"].rsplit(":", 1)[-1]
+        annotations = (resource["inputs"].get("metadata") or {}).get("annotations") or {}
+        if kind in NODE_BOUND_KINDS:
+            assert annotations.get(labels.SKIP_AWAIT) == "true" and labels.WAIT_FOR not in annotations, \
+                resource["name"]
+        if labels.WAIT_FOR in annotations or kind in ("Job", "Deployment", "DaemonSet", "StatefulSet"):
+            # pulumi-kubernetes waits up to this; a Job also stops itself at its deadline
+            assert int(annotations[labels.TIMEOUT_SECONDS]) <= 1200, resource["name"]
+        if kind == "Job":
+            assert resource["inputs"]["spec"]["activeDeadlineSeconds"] <= int(annotations[labels.TIMEOUT_SECONDS])
+        if resource["type"] == HELM_RELEASE:
+            assert 0 < resource["inputs"]["timeout"] <= 600 and not resource["inputs"].get("waitForJobs")
+        if resource["type"] == AUTO_SCALING_GROUP:
+            assert resource["inputs"]["waitForCapacityTimeout"] == "0", resource["name"]
+
+
+def test_subscriptions_wait_for_olm_to_resolve_the_pinned_csv(dev_plan: Plan) -> None:
+    subscriptions = dev_plan.kind("Subscription")
+    assert subscriptions
+    for subscription in subscriptions:
+        annotations = subscription["metadata"]["annotations"]
+        assert annotations[labels.WAIT_FOR] == f"jsonpath={{.status.currentCSV}}={subscription['spec']['startingCSV']}"
+        assert int(annotations[labels.TIMEOUT_SECONDS]) == 600

@@ -1,0 +1,131 @@
+"""TenantNetwork: a tenant's secondary network as a Multus NetworkAttachmentDefinition in its namespace; and
+TenantNetworkAdmission: the API server refuses a tenant pod attaching to a network of another namespace.
+
+A pod asks Multus for networks with the annotation `k8s.v1.cni.cncf.io/networks`: a comma-separated list of
+`[<namespace>/]<name>[@<interface>]`, or a JSON list of `{"name", "namespace", "interface", ...}`. A name without a
+namespace is looked up in the pod's own namespace, so a tenant's own networks need no namespace.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import labels
+from components.manifests import child_options, metadata
+
+NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
+# SR-IOV: the device plugin resource whose VFs the network uses; Multus adds the resource to pods that attach
+# (the network resources injector) and passes the allocated VF to the sriov CNI plugin.
+RESOURCE_NAME_ANNOTATION = "k8s.v1.cni.cncf.io/resourceName"
+CNI_VERSION = "0.3.1"
+POLICY_NAME = "gpu-platform-tenant-networks"
+
+_NAME = "[a-z0-9]([-a-z0-9.]*[a-z0-9])?"
+_INTERFACE = "[A-Za-z0-9._-]{1,15}"
+# CEL (Kubernetes: `matches` is RE2, unanchored). The only namespace a reference may name is the pod's own.
+VARIABLES = {
+    "networks": f"has(object.metadata.annotations) && '{NETWORKS_ANNOTATION}' in object.metadata.annotations"
+                f" ? object.metadata.annotations['{NETWORKS_ANNOTATION}'] : ''",
+    "own": "namespaceObject.metadata.name",
+}
+_TEXT_ITEM = f"\\\\s*(' + variables.own + '/)?{_NAME}(@{_INTERFACE})?\\\\s*"
+_JSON_ITEM = (f'\\\\{{\\\\s*"name"\\\\s*:\\\\s*"{_NAME}"'
+              f'(\\\\s*,\\\\s*"namespace"\\\\s*:\\\\s*"' + "' + variables.own + '" + '")?'
+              f'(\\\\s*,\\\\s*"interface"\\\\s*:\\\\s*"{_INTERFACE}")?\\\\s*\\\\}}')
+VALIDATIONS = [
+    (f"variables.networks == ''"
+     f" || variables.networks.matches('^{_TEXT_ITEM}(,{_TEXT_ITEM})*$')"
+     f" || variables.networks.matches('^\\\\s*\\\\[\\\\s*{_JSON_ITEM}(\\\\s*,\\\\s*{_JSON_ITEM})*\\\\s*\\\\]\\\\s*$')",
+     f"{NETWORKS_ANNOTATION} may name only networks of the pod's own namespace, as [<namespace>/]<name>[@<interface>] "
+     'or [{"name", "namespace", "interface"}]'),
+]
+
+
+@dataclass(frozen=True)
+class Ipam:
+    """Addresses on the network: `whereabouts` (cluster-wide) or `host-local` (per node), from `range`."""
+
+    type: str
+    range: str
+    gateway: str | None = None
+
+    def config(self) -> dict[str, object]:
+        # whereabouts reads `range` (and `gateway`); host-local reads `subnet` (and `gateway`).
+        ipam: dict[str, object] = {"type": self.type, "range" if self.type == "whereabouts" else "subnet": self.range}
+        if self.gateway:
+            ipam["gateway"] = self.gateway
+        return ipam
+
+
+@dataclass(frozen=True)
+class TenantNetworkArgs:
+    """One network: macvlan on a host interface (`master`, `mode`), or SR-IOV VFs of `resource_name` (`vlan`)."""
+
+    namespace: str
+    name: str
+    type: str
+    ipam: Ipam
+    master: str | None = None
+    mode: str = "bridge"
+    resource_name: str | None = None
+    vlan: int | None = None
+
+    def cni_config(self) -> str:
+        config: dict[str, object] = {"cniVersion": CNI_VERSION, "name": self.name, "type": self.type}
+        if self.type == "macvlan":
+            config.update(master=self.master, mode=self.mode)
+        elif self.vlan is not None:
+            config["vlan"] = self.vlan
+        config["ipam"] = self.ipam.config()
+        return json.dumps(config, sort_keys=True)
+
+
+class TenantNetwork(pulumi.ComponentResource):
+    """The NetworkAttachmentDefinition of one tenant network, in the tenant's namespace."""
+
+    def __init__(self, name: str, args: TenantNetworkArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-platform:index:TenantNetwork", name, None, opts)
+        annotations = {RESOURCE_NAME_ANNOTATION: args.resource_name} if args.resource_name else None
+        k8s.apiextensions.CustomResource(
+            f"{name}-attachment", api_version="k8s.cni.cncf.io/v1", kind="NetworkAttachmentDefinition",
+            metadata=metadata(args.name, args.namespace, extra_labels={labels.TENANT_LABEL: args.namespace},
+                              annotations=annotations),
+            spec={"config": args.cni_config()}, opts=child_options(self, opts))
+        self.register_outputs({"network": f"{args.namespace}/{args.name}"})
+
+
+@dataclass(frozen=True)
+class TenantNetworkAdmissionArgs:
+    tenant_label: str = labels.TENANT_LABEL
+
+
+class TenantNetworkAdmission(pulumi.ComponentResource):
+    """A ValidatingAdmissionPolicy bound with Deny to tenant namespaces: pods attach only to their own networks.
+
+    Multus itself resolves a `<namespace>/<name>` reference in any namespace unless its namespace isolation is on,
+    so the fence is the API server's.
+    """
+
+    def __init__(self, name: str, args: TenantNetworkAdmissionArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-platform:index:TenantNetworkAdmission", name, None, opts)
+        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-policy", metadata=metadata(POLICY_NAME), spec={
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                    "resources": ["pods"]}]},
+                "variables": [{"name": key, "expression": value} for key, value in VARIABLES.items()],
+                "validations": [{"expression": rule, "message": message} for rule, message in VALIDATIONS],
+            }, opts=child_options(self, opts))
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-binding", metadata=metadata(POLICY_NAME), spec={
+                "policyName": POLICY_NAME,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchExpressions": [
+                    {"key": args.tenant_label, "operator": "Exists"}]}},
+            }, opts=child_options(self, opts, policy))
+        self.register_outputs({"policy": POLICY_NAME})

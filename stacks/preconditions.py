@@ -1,0 +1,144 @@
+"""Preconditions: the CustomResourceDefinitions this stack uses but does not install, checked on the live cluster.
+
+The GPU Operator's and NFD's CRDs come with their Helm release or OLM install, and every custom resource of
+theirs waits for that install in the graph. The CRDs below belong to the cluster (OpenShift's OLM and Machine API)
+or to an operator the cluster runs (the Prometheus Operator): nothing in the stack can wait for them, so before
+anything is registered the program reads each one once, within one deadline, and names what is missing and the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from stacks.config import PROJECT, ConfigError, DiscoveryConfig, StackConfig
+from stacks.deadline import DeadlineExceeded, within
+from stacks.discovery import _api_client, _connection_failure, _one_line
+
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+_TIMEOUT_KEY = f"{PROJECT}:cluster.discovery.timeoutSeconds"
+
+OLM_FIX = ("OLM is part of OpenShift 4: check that the kubeconfig reaches an OpenShift cluster, or set "
+           f"{PROJECT}:cluster.flavor: kubernetes")
+MACHINE_API_FIX = ("GPU pools on OpenShift are MachineSets: the cluster needs the Machine API and the cluster "
+                   "autoscaler operator (an installer-provisioned cluster on AWS has both)")
+TUNING_FIX = ("the Machine Config Operator and the Node Tuning Operator run on every OpenShift 4 cluster unless its "
+              "NodeTuning capability is disabled: enable it, or remove profile from the pools")
+MULTUS_FIX = ("install Multus (its NetworkAttachmentDefinition CRD; built into OpenShift unless the cluster network "
+              "sets disableMultiNetwork), or remove networks from the tenants")
+PROMETHEUS_FIX = (f"install the Prometheus Operator (its CRDs), or set {PROJECT}:monitoring.prometheusOperator: "
+                  "false to deploy without the GPU alerts and the exporter's ServiceMonitor")
+
+
+@dataclass(frozen=True)
+class Precondition:
+    """A CRD the stack's objects need and nothing in the stack installs; `group` and `kind` of its objects."""
+
+    name: str  # <plural>.<group>, the CRD's metadata.name
+    kind: str
+    fix: str
+
+    @property
+    def group(self) -> str:
+        return self.name.split(".", 1)[1]
+
+
+OLM = (Precondition("subscriptions.operators.coreos.com", "Subscription", OLM_FIX),
+       Precondition("operatorgroups.operators.coreos.com", "OperatorGroup", OLM_FIX))
+MACHINE_API = (Precondition("machinesets.machine.openshift.io", "MachineSet", MACHINE_API_FIX),
+               Precondition("machineautoscalers.autoscaling.openshift.io", "MachineAutoscaler", MACHINE_API_FIX),
+               Precondition("clusterautoscalers.autoscaling.openshift.io", "ClusterAutoscaler", MACHINE_API_FIX))
+NODE_TUNING = (Precondition("machineconfigpools.machineconfiguration.openshift.io", "MachineConfigPool", TUNING_FIX),
+               Precondition("performanceprofiles.performance.openshift.io", "PerformanceProfile", TUNING_FIX),
+               Precondition("tuneds.tuned.openshift.io", "Tuned", TUNING_FIX))
+MULTUS = (Precondition("network-attachment-definitions.k8s.cni.cncf.io", "NetworkAttachmentDefinition", MULTUS_FIX),)
+PROMETHEUS_OPERATOR = (Precondition("prometheusrules.monitoring.coreos.com", "PrometheusRule", PROMETHEUS_FIX),
+                       Precondition("servicemonitors.monitoring.coreos.com", "ServiceMonitor", PROMETHEUS_FIX))
+
+
+class PreconditionError(ConfigError):
+    """A CRD the stack needs is missing, or the check could not read the cluster; one line with the fix."""
+
+
+def required_crds(config: StackConfig) -> tuple[Precondition, ...]:
+    """The CRDs this config's objects need that the stack does not install.
+
+    OpenShift: OLM's (Subscription, OperatorGroup) and the Machine API's (MachineSet, MachineAutoscaler,
+    ClusterAutoscaler); with node profiles, the Machine Config and Node Tuning Operators' (MachineConfigPool,
+    PerformanceProfile, Tuned). Tenant networks: Multus's NetworkAttachmentDefinition. With
+    `monitoring.prometheusOperator`: PrometheusRule (the GPU alerts) and ServiceMonitor (the GPU Operator creates
+    the DCGM exporter's from the ClusterPolicy).
+    """
+    needed: tuple[Precondition, ...] = ()
+    if config.cluster.flavor == "openshift":
+        needed += OLM + MACHINE_API
+        if any(getattr(pool, "profile", None) for pool in config.node_pools):
+            needed += NODE_TUNING
+    if any(getattr(tenant, "networks", ()) for tenant in config.tenants):
+        needed += MULTUS
+    if config.prometheus_operator:
+        needed += PROMETHEUS_OPERATOR
+    return needed
+
+
+def check_crds(discovery: DiscoveryConfig, needed: tuple[Precondition, ...]) -> None:
+    """GET each CRD once from the cluster the kubeconfig reaches, all within `timeoutSeconds`.
+
+    Raises:
+        PreconditionError: a CRD is missing (every missing one is named, with its fix), or the cluster could not
+            be read (unreachable, no answer in time, credentials, rights, server error).
+    """
+    if not needed:
+        return
+    api = _api_client(discovery)
+    server = api.configuration.host
+    try:
+        with api:
+            missing = within(discovery.timeout_seconds, lambda: _missing(api, needed, discovery.timeout_seconds))
+    except DeadlineExceeded:
+        raise PreconditionError(
+            f"the API server at {server} did not answer the CRD check within {discovery.timeout_seconds:g}s; "
+            f"check the network path to the cluster, or raise {_TIMEOUT_KEY}"
+        ) from None
+    except ApiException as error:
+        raise PreconditionError(_refusal(error, server)) from None
+    except urllib3.exceptions.HTTPError as error:
+        raise PreconditionError(_connection_failure(error, server, discovery)) from None
+    if missing:
+        fixes = list(dict.fromkeys(precondition.fix for precondition in missing))
+        names = ", ".join(f"{p.name} ({p.kind})" for p in missing)
+        raise PreconditionError(f"the cluster at {server} lacks the CRDs {names}, which this stack uses but does "
+                                f"not install; {'; '.join(fixes)}")
+
+
+def _missing(api: client.ApiClient, needed: tuple[Precondition, ...], timeout: float) -> list[Precondition]:
+    extensions = client.ApiextensionsV1Api(api)
+    missing = []
+    for precondition in needed:
+        try:
+            response = extensions.read_custom_resource_definition(
+                precondition.name, _request_timeout=timeout, _preload_content=False)
+            response.release_conn()
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            missing.append(precondition)
+    return missing
+
+
+def _refusal(error: ApiException, server: str) -> str:
+    if error.status == 401:
+        return (f"the API server at {server} rejected the kubeconfig's credentials (401 Unauthorized) when reading "
+                "CRDs; log in again or refresh the token in the kubeconfig")
+    if error.status == 403:
+        return (f"the API server at {server} forbids the kubeconfig's user to get customresourcedefinitions "
+                "(403 Forbidden); bind it a ClusterRole with get on customresourcedefinitions.apiextensions.k8s.io, "
+                "or use a context that has one")
+    if not error.status:
+        return (f"TLS with the API server at {server} failed ({_one_line(error.reason)}); "
+                "check the kubeconfig's certificate-authority data and server name")
+    return (f"the API server at {server} answered {error.status} {error.reason} when reading CRDs; "
+            "retry when the cluster is healthy")

@@ -1,0 +1,79 @@
+"""NodeDrain on Kubernetes: the termination handler, its queue, the rule that feeds it, and its IAM policy."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import Plan, stack_config
+
+GROUPS = ["prod-gpu-gpu-a10g-batch", "prod-gpu-gpu-h100-training", "prod-gpu-gpu-l4-inference"]
+
+
+def test_only_kubernetes_stacks_run_the_drain(prod_plan: Plan, dev_plan: Plan) -> None:
+    assert len(prod_plan.of_type("gpu-platform:index:NodeDrain")) == 1
+    assert dev_plan.of_type("gpu-platform:index:NodeDrain") == []
+    assert not [r for r in dev_plan.resources if r["type"].startswith("aws:")]
+
+
+def test_the_rule_sends_only_this_stacks_termination_actions_to_the_queue(prod_plan: Plan) -> None:
+    rule = prod_plan.named("node-drain-rule")
+    assert json.loads(rule["inputs"]["eventPattern"]) == {
+        "source": ["aws.autoscaling"], "detail-type": ["EC2 Instance-terminate Lifecycle Action"],
+        "detail": {"AutoScalingGroupName": GROUPS}}
+    target = prod_plan.named("node-drain-target")
+    assert prod_plan.depends_on(target, "node-drain-rule") and prod_plan.depends_on(target, "node-drain-queue")
+    queue = prod_plan.named("node-drain-queue")["inputs"]
+    assert queue["messageRetentionSeconds"] == 300 and queue["sqsManagedSseEnabled"] is True
+    assert prod_plan.depends_on(prod_plan.named("node-drain-queue-policy"), "node-drain-rule")
+
+
+def test_the_handler_runs_in_queue_mode_off_the_gpu_nodes(prod_plan: Plan) -> None:
+    release = prod_plan.named("node-drain-handler")["inputs"]
+
+    assert (release["chart"], release["version"]) == (
+        "oci://public.ecr.aws/aws-ec2/helm/aws-node-termination-handler", "0.27.6")
+    values = release["values"]
+    assert values["enableSqsTerminationDraining"] is True and values["awsRegion"] == "us-east-1"
+    assert values["nodeTerminationGracePeriod"] == 1800  # as long as the hooks' heartbeat
+    assert values["checkTagBeforeDraining"] is False  # the rule already names only this stack's groups
+    assert values["tolerations"] == []  # the GPU taint keeps it off the nodes it drains
+    assert prod_plan.depends_on(prod_plan.named("node-drain-handler"), "node-drain-target")
+
+
+def test_the_handlers_policy_is_least_privilege_and_readable_in_review(prod_plan: Plan) -> None:
+    policy = json.loads(prod_plan.named("node-drain-policy")["inputs"]["policy"])
+    by_action = {action: statement["Resource"] for statement in policy["Statement"]
+                 for action in statement["Action"]}
+
+    assert by_action["sqs:ReceiveMessage"] == by_action["sqs:DeleteMessage"] == \
+        "arn:aws:sqs:us-east-1:*:prod-gpu-gpu-node-termination"
+    assert by_action["autoscaling:CompleteLifecycleAction"] == [
+        f"arn:aws:autoscaling:us-east-1:*:autoScalingGroup:*:autoScalingGroupName/{group}" for group in GROUPS]
+    assert set(by_action) == {"sqs:ReceiveMessage", "sqs:DeleteMessage", "autoscaling:CompleteLifecycleAction",
+                              "autoscaling:DescribeAutoScalingInstances", "autoscaling:DescribeTags",
+                              "ec2:DescribeInstances"}
+    # No role named: the policy is created for the operator to attach, nothing else.
+    assert prod_plan.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment") == []
+
+
+def test_a_named_role_gets_the_policy_before_the_handler_starts(render) -> None:
+    config = stack_config("prod")
+    config["gpu-platform:cluster"]["nodeTerminationHandlerRole"] = "prod-system-nodes"
+    plan = render("prod", config)
+
+    [attachment] = plan.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+    assert attachment["inputs"]["role"] == "prod-system-nodes"
+    assert plan.depends_on(attachment, "node-drain-policy")
+    assert plan.depends_on(plan.named("node-drain-handler"), "node-drain-policy-attachment")
+
+
+def test_the_longest_drain_of_any_pool_bounds_the_handler(render) -> None:
+    config = stack_config("prod")
+    config["gpu-platform:nodePools"][2]["roll"] = {"drainTimeoutSeconds": 3600}
+    plan = render("prod", config)
+
+    assert plan.named("node-drain-handler")["inputs"]["values"]["nodeTerminationGracePeriod"] == 3600
+    hooks = {r["name"]: r["inputs"]["heartbeatTimeout"]
+             for r in plan.of_type("aws:autoscaling/lifecycleHook:LifecycleHook")}
+    assert hooks[f"pool-{config['gpu-platform:nodePools'][2]['name']}-drain-hook"] == 3600
+    assert sorted(hooks.values()) == [1800, 1800, 3600]
