@@ -286,7 +286,7 @@ def summary_lines(summary: FleetSummary) -> list[str]:
         lines.append(f"  OpenShift release: {_arrow(summary.release_before, summary.release_after)}")
     for pool in summary.pools:
         row = pool_row(pool, summary)
-        lines.append(f"  pool {row['pool']}: {row['instance']}, {row['nodes']} nodes, {row['GPUs']} GPUs, "
+        lines.append(f"  pool {row['pool']}: {row['instance']}, nodes {row['nodes']}, GPUs {row['GPUs']}, "
                      f"{row['OS / kernel']}")
         lines.append(f"    roll: {row['roll']}")
     lines.append("Kernels and drivers:")

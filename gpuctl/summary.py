@@ -26,6 +26,11 @@ UNKNOWN = "[unknown]"
 # How the Machine Config Operator rolls a release onto the nodes of a pool when its MachineConfigPool sets no
 # maxUnavailable (machineconfiguration.openshift.io/v1 MachineConfigPool: "Defaults to 1").
 MCP_DEFAULT_MAX_UNAVAILABLE = 1
+NODE_TUNING = "gpu-platform:index:NodeTuning"
+# A change to any of these reboots the tuned pool's nodes through the Machine Config Operator.
+PROFILE_TYPES = frozenset({"kubernetes:performance.openshift.io/v2:PerformanceProfile",
+                           "kubernetes:tuned.openshift.io/v1:Tuned",
+                           "kubernetes:machineconfiguration.openshift.io/v1:MachineConfigPool"})
 
 PROTECTED = ("pulumi up refuses this: the resource is protected; mark it `retired: true` first and remove it in a "
              "later change")
@@ -48,6 +53,7 @@ class PoolState:
     max_nodes: int | None = None
     roll: dict[str, Any] = field(default_factory=dict)
     retired: bool = False
+    profile: dict[str, Any] = field(default_factory=dict)  # how a node profile change reaches the nodes
 
 
 @dataclass(frozen=True)
@@ -151,7 +157,8 @@ def pool_states(plan: dict[str, Any]) -> dict[str, PoolState]:
             instance_type=pool.get("instanceType"), nodes=pool.get("nodes", 0), gpus=pool.get("gpus", 0),
             gpus_per_node=pool.get("gpusPerNode", 0), os=pool.get("os"), kernel=pool.get("kernel"),
             image=pool.get("image"), min_nodes=pool.get("minNodes"), max_nodes=pool.get("maxNodes"),
-            roll=dict(pool.get("roll") or {}), retired=bool(pool.get("retired")))
+            roll=dict(pool.get("roll") or {}), retired=bool(pool.get("retired")),
+            profile=dict(pool.get("profile") or {}))
             for name, pool in sorted(outputs["pools"].items())}
     capacity = outputs.get("capacity") or {}
     states = {}
@@ -214,8 +221,12 @@ def _kernel_key(state: PoolState, plan: dict[str, Any]) -> str | None:
 
 
 def _pool_steps(diff: PlanDiff, plan: dict[str, Any], name: str) -> list[Step]:
-    urn = _pool_components(plan).get(name)
-    return [step for step in diff.steps if step.resource["parent"] == urn] if urn else []
+    """The steps of a pool's own resources and of its node profile (OpenShift: its NodeTuning component)."""
+    parents = {_pool_components(plan).get(name)} | {
+        resource["urn"] for resource in plan["resources"]
+        if resource["type"] == NODE_TUNING and resource["name"] == f"tuning-{name}"}
+    parents.discard(None)
+    return [step for step in diff.steps if step.resource["parent"] in parents]
 
 
 def _at_once(nodes: int, min_healthy: int | None) -> int:
@@ -275,6 +286,15 @@ def _pool_change(name: str, before: PoolState | None, after: PoolState | None, s
                        f"{per} node ({_gpus(per * after.gpus_per_node)}) at a time unless its maxUnavailable "
                        "says otherwise")
         gpus_out = per * after.gpus_per_node
+    if after.profile.get("rollsBy") == "machine-config-operator" and any(
+            step.resource["type"] in PROFILE_TYPES for step in steps):
+        per = after.profile.get("maxUnavailable", MCP_DEFAULT_MAX_UNAVAILABLE)
+        at_once = per if isinstance(per, int) else f"{per} of the nodes"
+        phrases.append(f"node profile change: the Machine Config Operator reboots each node through machine config "
+                       f"pool {after.profile.get('machineConfigPool', name)}, {at_once} "
+                       f"node{'s' if at_once != 1 else ''} at a time (maxUnavailable)")
+        if isinstance(per, int):
+            gpus_out = max(gpus_out or 0, per * after.gpus_per_node)
     if template_changed and method == "instance-refresh":
         at_once = _at_once(min(before.nodes, after.nodes), after.roll.get("minHealthyPercentage"))
         phrases.append(_refresh_phrase(after, at_once))

@@ -163,7 +163,7 @@ def test_cli_human_view_is_plain_text_in_a_pipe(rendered_pair):
     assert "+   " in result.stdout and "Resources:" in result.stdout
     assert result.stdout.rstrip().endswith("unchanged")
     assert result.stdout.index("Fleet:") < result.stdout.index("Changes:")
-    assert "pool l4-inference: g6.xlarge, 8 -> 9 nodes, 8 -> 9 GPUs" in result.stdout
+    assert "pool l4-inference: g6.xlarge, nodes 8 -> 9, GPUs 8 -> 9" in result.stdout
     only = gpuctl("diff", str(rendered_pair / "old"), str(rendered_pair / "new"), "--diff-only")
     assert "Fleet:" not in only.stdout and "~ maxSize: 16 => 20" in only.stdout
 

@@ -82,7 +82,7 @@ def test_kernel_upgrade_against_head_creates_the_driver_then_updates_the_pool(ed
     assert "kept:" not in human.stdout
     # The fleet summary comes first: the pool, its counts, both kernels, the roll, the new driver image.
     assert human.stdout.index("Fleet:") < human.stdout.index("Changes:")
-    assert (f"pool l4-inference: g6.xlarge, 8 nodes, 8 GPUs, ubuntu22.04 {OLD_KERNEL} -> ubuntu22.04 {NEW_KERNEL}"
+    assert (f"pool l4-inference: g6.xlarge, nodes 8, GPUs 8, ubuntu22.04 {OLD_KERNEL} -> ubuntu22.04 {NEW_KERNEL}"
             in human.stdout)
     assert "roll: instance refresh of 8 nodes: 90% stay healthy, so 1 node (1 GPU) at a time" in human.stdout
     assert (f"ubuntu22.04/{NEW_KERNEL}: driver new, image nvcr.io/nvidia/driver:580-{NEW_KERNEL}-ubuntu22.04, "

@@ -53,7 +53,7 @@ def test_a_kernel_upgrade_names_the_pool_its_counts_kernels_roll_and_new_driver(
     assert kernel_upgrade.destructive == []
 
     text = "\n".join(summary_lines(kernel_upgrade))
-    assert f"pool l4-inference: g6.xlarge, 8 nodes, 8 GPUs, ubuntu22.04 {OLD_KERNEL} -> ubuntu22.04 {NEW_KERNEL}" \
+    assert f"pool l4-inference: g6.xlarge, nodes 8, GPUs 8, ubuntu22.04 {OLD_KERNEL} -> ubuntu22.04 {NEW_KERNEL}" \
         in text
     assert f"driver new, image {NEW_IMAGE}, preflight verified" in text
 
@@ -117,3 +117,18 @@ def test_lowering_a_pool_maximum_is_destructive_and_an_autoscaled_size_is_left_t
     [a10g] = [p for p in summary.pools if p.name == "a10g-batch"]
     assert "config size 4 -> 2, but the autoscaler owns the live count" in a10g.roll and not a10g.size_applied
     assert (summary.capacity.gpus_before, summary.capacity.gpus_after) == (40, 32)
+
+
+def test_a_node_profile_change_on_openshift_rolls_that_pool_through_the_machine_config_operator():
+    from gpuctl.render import render_plan
+    from gpuctl.stackfile import stack_file_from_config
+
+    base = render_stack("dev").document
+    config = stack_config("dev")
+    pool(config, "a100-training")["profile"]["hugepages"] = {"1Gi": 128}
+    new = render_plan(stack_file_from_config("dev", config))
+    summary = summarize(base, new, diff_plans(base, new), offline=True)
+    rolls = {p.name: p for p in summary.pools}
+    assert rolls["a100-training"].roll.startswith("node profile change: the Machine Config Operator reboots each node")
+    assert "1 node at a time" in rolls["a100-training"].roll and rolls["a100-training"].gpus_out == 8
+    assert rolls["t4-inference"].roll == "no roll"
