@@ -266,8 +266,12 @@ class GpuNodePool(pulumi.ComponentResource):
                   for key, value in sorted(autoscaler_tags.items())],
             # `replicas` is the size the group is created with; the cluster autoscaler owns the count afterwards
             # (AWS keeps it within min..max when the bounds change), so `pulumi up` does not fight it.
+            # Deleting a group scales it to zero and waits for its instances to terminate (terraform-provider-aws
+            # autoscaling/group.go, resourceGroupDelete, default 10 minutes): each may sit in the drain hook for
+            # its heartbeat first, so the delete gets the heartbeat plus 10 minutes.
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
-                ignore_changes=["desiredCapacity"] if pool.autoscales else None)),
+                ignore_changes=["desiredCapacity"] if pool.autoscales else None,
+                custom_timeouts=pulumi.CustomTimeouts(delete=f"{refresh.drain_timeout_seconds // 60 + 10}m"))),
         )
         # A separate resource: the group's `initial_lifecycle_hooks` is force-new, a change would replace the group.
         # A terminating instance (refresh, scale-in, rebalance) waits here until the node termination handler has

@@ -216,7 +216,10 @@ def test_each_group_drains_a_node_before_terminating_it(prod_plan: Plan, pool: s
                               "defaultResult": "CONTINUE", "heartbeatTimeout": 1800}
     assert prod_plan.depends_on(hook, f"pool-{pool}-asg")
     # The group is not created before the handler that drains its nodes runs.
-    assert prod_plan.depends_on(prod_plan.named(f"pool-{pool}-asg"), "node-drain-handler")
+    group = prod_plan.named(f"pool-{pool}-asg")
+    assert prod_plan.depends_on(group, "node-drain-handler")
+    # Deleting the group waits for its instances, each held by the hook up to its heartbeat (30 min) first.
+    assert group["options"]["customTimeouts"] == {"delete": "40m"}
 
 
 def test_the_autoscaler_owns_the_node_count_between_updates(prod_plan: Plan, dev_plan: Plan) -> None:
