@@ -7,7 +7,7 @@ STACK ?= dev
 
 .PHONY: setup render test bench clean
 
-$(BIN)/pytest: requirements.lock
+$(BIN)/pytest: requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
