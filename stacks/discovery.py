@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import urllib3
 import yaml
@@ -11,9 +14,9 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from components import labels
+from fleet.kernels import ObservedNode
 from stacks.config import PROJECT, ConfigError, DiscoveryConfig
 from stacks.deadline import DeadlineExceeded, within
-from fleet.kernels import ObservedNode
 from stacks.inventory import parse_node_list
 
 GPU_NODE_SELECTOR = f"{labels.NVIDIA_PCI_LABEL}=true"
@@ -21,6 +24,7 @@ _TIMEOUT_KEY = f"{PROJECT}:cluster.discovery.timeoutSeconds"
 _KUBECONFIG_KEY = f"{PROJECT}:cluster.kubeconfig"
 # A GPU node is a few kilobytes of JSON: this cap is thousands of nodes, and stops an endless answer.
 MAX_NODE_LIST_BYTES = 64 << 20
+T = TypeVar("T")
 
 
 class DiscoveryError(ConfigError):
@@ -35,20 +39,9 @@ def read_live_nodes(discovery: DiscoveryConfig) -> list[ObservedNode]:
         DiscoveryError: the kubeconfig, the connection, the credentials or the answer failed; never returns a
             partial list.
     """
-    api = _api_client(discovery)
-    server = api.configuration.host
-    try:
-        with api:
-            body = within(discovery.timeout_seconds, lambda: _read_gpu_nodes(api, discovery.timeout_seconds))
-    except DeadlineExceeded:
-        raise DiscoveryError(
-            f"the API server at {server} did not answer within {discovery.timeout_seconds:g}s; "
-            f"check the network path to the cluster, or raise {_TIMEOUT_KEY}"
-        ) from None
-    except ApiException as error:
-        raise DiscoveryError(_refusal(error, server)) from None
-    except urllib3.exceptions.HTTPError as error:
-        raise DiscoveryError(_connection_failure(error, server, discovery)) from None
+    body, server = ask_cluster(discovery, _read_gpu_nodes, DiscoveryError, ClusterRead(
+        answer="", doing="listing GPU nodes", rights="list nodes",
+        grant="bind it a ClusterRole with get and list on nodes"))
     if len(body) > MAX_NODE_LIST_BYTES:
         raise DiscoveryError(
             f"the API server at {server} answered the node list with over {MAX_NODE_LIST_BYTES >> 20} MiB; "
@@ -70,6 +63,36 @@ def read_live_nodes(discovery: DiscoveryConfig) -> list[ObservedNode]:
         return parse_node_list(document, f"nodes at {server}")
     except ConfigError as error:
         raise DiscoveryError(str(error)) from None
+
+
+@dataclass(frozen=True)
+class ClusterRead:
+    """One read of the cluster, in the words its errors use: what was asked, and the rights it needs."""
+
+    answer: str  # what did not come in time, e.g. "the CRD check " ("" for the node list)
+    doing: str  # "listing GPU nodes"
+    rights: str  # "list nodes"
+    grant: str  # how to give them
+
+
+def ask_cluster(discovery: DiscoveryConfig, request: Callable[[client.ApiClient, float], T],
+                error: type[ConfigError], read: ClusterRead) -> tuple[T, str]:
+    """Run `request` against the cluster the kubeconfig reaches, bounded as a whole by `timeoutSeconds`; return
+    its answer and the API server's address, or raise `error` with one line naming the failure and the fix."""
+    api = _api_client(discovery)
+    server = api.configuration.host
+    try:
+        with api:
+            return within(discovery.timeout_seconds, lambda: request(api, discovery.timeout_seconds)), server
+    except DeadlineExceeded:
+        raise error(
+            f"the API server at {server} did not answer {read.answer}within {discovery.timeout_seconds:g}s; "
+            f"check the network path to the cluster, or raise {_TIMEOUT_KEY}"
+        ) from None
+    except ApiException as refused:
+        raise error(_refusal(refused, server, read)) from None
+    except urllib3.exceptions.HTTPError as failed:
+        raise error(_connection_failure(failed, server, discovery)) from None
 
 
 def _read_gpu_nodes(api: client.ApiClient, timeout: float) -> bytes:
@@ -110,17 +133,17 @@ def _api_client(discovery: DiscoveryConfig) -> client.ApiClient:
         ) from None
 
 
-def _refusal(error: ApiException, server: str) -> str:
-    """Explain an answer that is not a node list: rejected credentials, missing rights, TLS, server errors."""
+def _refusal(error: ApiException, server: str, read: ClusterRead) -> str:
+    """Explain a refused request: rejected credentials, missing rights, TLS, server errors."""
     if error.status == 401:
         return (
-            f"the API server at {server} rejected the kubeconfig's credentials (401 Unauthorized) when listing "
-            "GPU nodes; log in again or refresh the token in the kubeconfig"
+            f"the API server at {server} rejected the kubeconfig's credentials (401 Unauthorized) when {read.doing}; "
+            "log in again or refresh the token in the kubeconfig"
         )
     if error.status == 403:
         return (
-            f"the API server at {server} forbids the kubeconfig's user to list nodes (403 Forbidden); "
-            "bind it a ClusterRole with get and list on nodes, or use a context that has one"
+            f"the API server at {server} forbids the kubeconfig's user to {read.rights} (403 Forbidden); "
+            f"{read.grant}, or use a context that has one"
         )
     if not error.status:
         return (
@@ -128,7 +151,7 @@ def _refusal(error: ApiException, server: str) -> str:
             "check the kubeconfig's certificate-authority data and server name"
         )
     return (
-        f"the API server at {server} answered {error.status} {error.reason} when listing GPU nodes; "
+        f"the API server at {server} answered {error.status} {error.reason} when {read.doing}; "
         "retry when the cluster is healthy"
     )
 

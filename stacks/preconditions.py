@@ -10,16 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from stacks.config import PROJECT, ConfigError, DiscoveryConfig, StackConfig
-from stacks.deadline import DeadlineExceeded, within
-from stacks.discovery import _api_client, _connection_failure, _one_line
+from stacks.discovery import ClusterRead, ask_cluster
 
-CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
-_TIMEOUT_KEY = f"{PROJECT}:cluster.discovery.timeoutSeconds"
 
 OLM_FIX = ("OLM is part of OpenShift 4: check that the kubeconfig reaches an OpenShift cluster, or set "
            f"{PROJECT}:cluster.flavor: kubernetes")
@@ -93,20 +89,11 @@ def check_crds(discovery: DiscoveryConfig, needed: tuple[Precondition, ...]) -> 
     """
     if not needed:
         return
-    api = _api_client(discovery)
-    server = api.configuration.host
-    try:
-        with api:
-            missing = within(discovery.timeout_seconds, lambda: _missing(api, needed, discovery.timeout_seconds))
-    except DeadlineExceeded:
-        raise PreconditionError(
-            f"the API server at {server} did not answer the CRD check within {discovery.timeout_seconds:g}s; "
-            f"check the network path to the cluster, or raise {_TIMEOUT_KEY}"
-        ) from None
-    except ApiException as error:
-        raise PreconditionError(_refusal(error, server)) from None
-    except urllib3.exceptions.HTTPError as error:
-        raise PreconditionError(_connection_failure(error, server, discovery)) from None
+    missing, server = ask_cluster(discovery, lambda api, timeout: _missing(api, needed, timeout), PreconditionError,
+                                  ClusterRead(answer="the CRD check ", doing="reading CRDs",
+                                              rights="get customresourcedefinitions",
+                                              grant="bind it a ClusterRole with get on "
+                                                    "customresourcedefinitions.apiextensions.k8s.io"))
     if missing:
         fixes = list(dict.fromkeys(precondition.fix for precondition in missing))
         names = ", ".join(f"{p.name} ({p.kind})" for p in missing)
@@ -128,17 +115,3 @@ def _missing(api: client.ApiClient, needed: tuple[Precondition, ...], timeout: f
             missing.append(precondition)
     return missing
 
-
-def _refusal(error: ApiException, server: str) -> str:
-    if error.status == 401:
-        return (f"the API server at {server} rejected the kubeconfig's credentials (401 Unauthorized) when reading "
-                "CRDs; log in again or refresh the token in the kubeconfig")
-    if error.status == 403:
-        return (f"the API server at {server} forbids the kubeconfig's user to get customresourcedefinitions "
-                "(403 Forbidden); bind it a ClusterRole with get on customresourcedefinitions.apiextensions.k8s.io, "
-                "or use a context that has one")
-    if not error.status:
-        return (f"TLS with the API server at {server} failed ({_one_line(error.reason)}); "
-                "check the kubeconfig's certificate-authority data and server name")
-    return (f"the API server at {server} answered {error.status} {error.reason} when reading CRDs; "
-            "retry when the cluster is healthy")
