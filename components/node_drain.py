@@ -61,8 +61,10 @@ class NodeDrain(pulumi.ComponentResource):
         super().__init__("gpu-platform:index:NodeDrain", name, None, opts)
         child = child_options(self, opts)
         prefix = f"{args.cluster}-gpu"
-        # Short retention: a termination event older than the hook's heartbeat has no instance left to drain.
-        queue = aws.sqs.Queue(f"{name}-queue", name=f"{prefix}-node-termination", message_retention_seconds=300,
+        # Retention as long as the hooks' heartbeat: an instance waits in Terminating:Wait that long, so its event
+        # must outlast a handler restart for all of it; an older event has no instance left to drain (SQS: >= 60).
+        queue = aws.sqs.Queue(f"{name}-queue", name=f"{prefix}-node-termination",
+                              message_retention_seconds=max(60, args.drain_timeout_seconds),
                               sqs_managed_sse_enabled=True, opts=child)
         # Only this stack's groups: the handler sees no event of another cluster's instances (so it needs no
         # managed-tag check, which would skip instances launched before the tag existed).

@@ -18,6 +18,10 @@ from components import labels
 from components.manifests import child_options, metadata
 
 NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
+# Multus replaces a pod's cluster network with the network this annotation names (multus-cni pkg/k8sclient
+# tryLoadK8sPodDefaultNetwork), a bare name resolved in Multus's own namespace, not the pod's: a tenant pod would
+# leave the cluster network its NetworkPolicy fences, so tenant pods may not set it.
+DEFAULT_NETWORK_ANNOTATION = "v1.multus-cni.io/default-network"
 # SR-IOV: the device plugin resource whose VFs the network uses; Multus adds the resource to pods that attach
 # (the network resources injector) and passes the allocated VF to the sriov CNI plugin.
 RESOURCE_NAME_ANNOTATION = "k8s.v1.cni.cncf.io/resourceName"
@@ -42,6 +46,9 @@ VALIDATIONS = [
      f" || variables.networks.matches('^\\\\s*\\\\[\\\\s*{_JSON_ITEM}(\\\\s*,\\\\s*{_JSON_ITEM})*\\\\s*\\\\]\\\\s*$')",
      f"{NETWORKS_ANNOTATION} may name only networks of the pod's own namespace, as [<namespace>/]<name>[@<interface>] "
      'or [{"name", "namespace", "interface"}]'),
+    (f"!has(object.metadata.annotations) || !('{DEFAULT_NETWORK_ANNOTATION}' in object.metadata.annotations)",
+     f"{DEFAULT_NETWORK_ANNOTATION} is refused: tenant pods keep the cluster network; attach further networks "
+     f"with {NETWORKS_ANNOTATION}"),
 ]
 
 

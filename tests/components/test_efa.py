@@ -34,10 +34,15 @@ def test_pool_launches_in_its_placement_group_and_subnet(prod_plan: Plan) -> Non
 
 def test_device_plugin_is_a_pinned_release_on_gpu_nodes(prod_plan: Plan) -> None:
     release = prod_plan.named("efa-device-plugin")["inputs"]
+    # A chart version aws/eks-charts published (its Chart.yaml spells it with the "v").
     assert (release["chart"], release["version"], release["namespace"]) == (
-        "aws-efa-k8s-device-plugin", EFA_DEVICE_PLUGIN_CHART.version, "kube-system")
+        "aws-efa-k8s-device-plugin", "v0.5.20", "kube-system") == (
+        EFA_DEVICE_PLUGIN_CHART.chart, EFA_DEVICE_PLUGIN_CHART.version, "kube-system")
     assert release["repositoryOpts"] == {"repo": "https://aws.github.io/eks-charts"}
+    # The chart's only placement values: `tolerations` (beside its own CriticalAddonsOnly) and `nodeSelector`.
+    assert set(release["values"]) == {"tolerations", "nodeSelector"}
     assert release["values"]["tolerations"] == [labels.GPU_TOLERATION]
+    assert release["values"]["nodeSelector"] == {labels.NVIDIA_PCI_LABEL: "true"}
 
 
 def test_no_fabric_no_efa(dev_plan: Plan) -> None:

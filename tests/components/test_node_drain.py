@@ -23,7 +23,8 @@ def test_the_rule_sends_only_this_stacks_termination_actions_to_the_queue(prod_p
     target = prod_plan.named("node-drain-target")
     assert prod_plan.depends_on(target, "node-drain-rule") and prod_plan.depends_on(target, "node-drain-queue")
     queue = prod_plan.named("node-drain-queue")["inputs"]
-    assert queue["messageRetentionSeconds"] == 300 and queue["sqsManagedSseEnabled"] is True
+    # An event stays queued as long as its instance waits in the drain hook (heartbeat 1800 s).
+    assert queue["messageRetentionSeconds"] == 1800 and queue["sqsManagedSseEnabled"] is True
     assert prod_plan.depends_on(prod_plan.named("node-drain-queue-policy"), "node-drain-rule")
 
 
@@ -77,3 +78,4 @@ def test_the_longest_drain_of_any_pool_bounds_the_handler(render) -> None:
              for r in plan.of_type("aws:autoscaling/lifecycleHook:LifecycleHook")}
     assert hooks[f"pool-{config['gpu-platform:nodePools'][2]['name']}-drain-hook"] == 3600
     assert sorted(hooks.values()) == [1800, 1800, 3600]
+    assert plan.named("node-drain-queue")["inputs"]["messageRetentionSeconds"] == 3600

@@ -99,6 +99,16 @@ def test_other_namespaces_networks_are_refused(annotation: str) -> None:
     assert "own namespace" in message
 
 
+@pytest.mark.parametrize("value", ["collective", "vision/collective", '[{"name": "collective"}]', ""])
+def test_a_tenant_pod_may_not_replace_its_cluster_network(value: str) -> None:
+    # Multus resolves a bare default-network name in its own namespace, and the pod would leave the network its
+    # namespace's NetworkPolicy fences.
+    pod = networked("collective")
+    pod["metadata"]["annotations"]["v1.multus-cni.io/default-network"] = value
+    [message] = evaluate(tenant_network, pod, "vision", labels.LOW_PRIORITY_CLASS)
+    assert message.startswith("v1.multus-cni.io/default-network is refused")
+
+
 def test_readme_job_passes_both_admission_policies() -> None:
     [job] = readme_jobs()
     pod = job_pod(job)
