@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -45,35 +46,39 @@ VALIDATIONS = [
 
 @dataclass(frozen=True)
 class TenantAdmissionArgs:
-    """Which namespaces are tenants': those carrying the tenant label."""
+    """The policy's name, its CEL variables and validations (default: the GPU quota rules above), and which
+    namespaces are tenants': those carrying the tenant label."""
 
+    policy: str = POLICY_NAME
+    variables: Mapping[str, str] = field(default_factory=lambda: VARIABLES)
+    validations: tuple[tuple[str, str], ...] = tuple(VALIDATIONS)
     tenant_label: str = labels.TENANT_LABEL
 
 
 class TenantAdmission(pulumi.ComponentResource):
-    """The policy and its binding to every tenant namespace; the API server rejects a violating pod at creation.
+    """A policy and its binding to every tenant namespace; the API server rejects a violating pod at creation.
 
-    It closes the ways around the GPU quota that the quota alone cannot see: tolerating the GPU taint without a GPU
-    request, asking the runtime for devices by environment or runtime class, and preempting with a priority
-    class the tenant may not use.
+    By default it closes the ways around the GPU quota that the quota alone cannot see: tolerating the GPU taint
+    without a GPU request, asking the runtime for devices by environment or runtime class, and preempting with a
+    priority class the tenant may not use.
     """
 
     def __init__(self, name: str, args: TenantAdmissionArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:TenantAdmission", name, None, opts)
         policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
-            f"{name}-policy", metadata=metadata(POLICY_NAME), spec={
+            f"{name}-policy", metadata=metadata(args.policy), spec={
                 "failurePolicy": "Fail",
                 "matchConstraints": {"resourceRules": [{
                     "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
                     "resources": ["pods"]}]},
-                "variables": [{"name": key, "expression": value} for key, value in VARIABLES.items()],
-                "validations": [{"expression": rule, "message": message} for rule, message in VALIDATIONS],
+                "variables": [{"name": key, "expression": value} for key, value in args.variables.items()],
+                "validations": [{"expression": rule, "message": message} for rule, message in args.validations],
             }, opts=child_options(self, opts))
         k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
-            f"{name}-binding", metadata=metadata(POLICY_NAME), spec={
-                "policyName": POLICY_NAME,
+            f"{name}-binding", metadata=metadata(args.policy), spec={
+                "policyName": args.policy,
                 "validationActions": ["Deny"],
                 "matchResources": {"namespaceSelector": {"matchExpressions": [
                     {"key": args.tenant_label, "operator": "Exists"}]}},
             }, opts=child_options(self, opts, policy))
-        self.register_outputs({"policy": POLICY_NAME})
+        self.register_outputs({"policy": args.policy})

@@ -1,5 +1,5 @@
-"""TenantNetwork: a tenant's secondary network as a Multus NetworkAttachmentDefinition in its namespace; and
-TenantNetworkAdmission: the API server refuses a tenant pod attaching to a network of another namespace.
+"""TenantNetwork: a tenant's secondary network as a Multus NetworkAttachmentDefinition in its namespace; and the
+admission policy by which the API server refuses a tenant pod attaching to a network of another namespace.
 
 A pod asks Multus for networks with the annotation `k8s.v1.cni.cncf.io/networks`: a comma-separated list of
 `[<namespace>/]<name>[@<interface>]`, or a JSON list of `{"name", "namespace", "interface", ...}`. A name without a
@@ -15,6 +15,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import labels
+from components.admission import TenantAdmissionArgs
 from components.manifests import child_options, metadata
 
 NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
@@ -105,34 +106,10 @@ class TenantNetwork(pulumi.ComponentResource):
         self.register_outputs({"network": f"{args.namespace}/{args.name}"})
 
 
-@dataclass(frozen=True)
-class TenantNetworkAdmissionArgs:
-    tenant_label: str = labels.TENANT_LABEL
-
-
-class TenantNetworkAdmission(pulumi.ComponentResource):
-    """A ValidatingAdmissionPolicy bound with Deny to tenant namespaces: pods attach only to their own networks.
+def network_admission_args() -> TenantAdmissionArgs:
+    """The tenant admission policy that keeps pods to their own namespace's networks.
 
     Multus itself resolves a `<namespace>/<name>` reference in any namespace unless its namespace isolation is on,
     so the fence is the API server's.
     """
-
-    def __init__(self, name: str, args: TenantNetworkAdmissionArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpu-platform:index:TenantNetworkAdmission", name, None, opts)
-        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
-            f"{name}-policy", metadata=metadata(POLICY_NAME), spec={
-                "failurePolicy": "Fail",
-                "matchConstraints": {"resourceRules": [{
-                    "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                    "resources": ["pods"]}]},
-                "variables": [{"name": key, "expression": value} for key, value in VARIABLES.items()],
-                "validations": [{"expression": rule, "message": message} for rule, message in VALIDATIONS],
-            }, opts=child_options(self, opts))
-        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
-            f"{name}-binding", metadata=metadata(POLICY_NAME), spec={
-                "policyName": POLICY_NAME,
-                "validationActions": ["Deny"],
-                "matchResources": {"namespaceSelector": {"matchExpressions": [
-                    {"key": args.tenant_label, "operator": "Exists"}]}},
-            }, opts=child_options(self, opts, policy))
-        self.register_outputs({"policy": POLICY_NAME})
+    return TenantAdmissionArgs(policy=POLICY_NAME, variables=VARIABLES, validations=tuple(VALIDATIONS))

@@ -19,7 +19,7 @@ from components.node_drain import NodeDrain, NodeDrainArgs
 from components.node_pool import (AutoScalingPlacement, GpuNodePool, GpuNodePoolArgs, InstanceRefresh,
                                   MachineSetPlacement, cluster_autoscaler)
 from components.node_profile import NodeTuning
-from components.tenant_network import TenantNetwork, TenantNetworkAdmission, TenantNetworkAdmissionArgs
+from components.tenant_network import TenantNetwork, network_admission_args
 from components.tenant_quota import TenantQuota, TenantQuotaArgs
 from fleet.kernels import KernelInventory
 from stacks.config import NodePoolConfig, StackConfig
@@ -87,18 +87,18 @@ class GpuPlatform(pulumi.ComponentResource):
         ), after_install)
 
         priority_classes = self._priority_classes()
-        # Bound before any tenant namespace exists, so no tenant pod is ever admitted unchecked.
+        # Both bound before any tenant namespace exists, so no tenant pod is ever admitted unchecked.
         admission = TenantAdmission("tenant-admission", TenantAdmissionArgs(), pulumi.ResourceOptions(parent=self))
+        network_admission = TenantAdmission("tenant-network-admission", network_admission_args(),
+                                            pulumi.ResourceOptions(parent=self))
         self.tenants = {
             tenant.name: TenantQuota(f"tenant-{tenant.name}", TenantQuotaArgs(
                 name=tenant.name, gpus=tenant.gpus, priority_class=tenant.priority_class, group=tenant.rbac_group,
                 cpu=tenant.cpu, memory=tenant.memory, pods=tenant.pods, scrapers=cluster.scrapers,
                 protect=not tenant.retired,
-            ), pulumi.ResourceOptions(parent=self, depends_on=[*priority_classes, admission]))
+            ), pulumi.ResourceOptions(parent=self, depends_on=[*priority_classes, admission, network_admission]))
             for tenant in config.tenants
         }
-        network_admission = TenantNetworkAdmission("tenant-network-admission", TenantNetworkAdmissionArgs(),
-                                                   pulumi.ResourceOptions(parent=self))
         for tenant in config.tenants:
             for network in tenant.networks:
                 TenantNetwork(f"tenant-{tenant.name}-network-{network.name}", tenant_network_args(tenant, network),

@@ -177,7 +177,8 @@ def test_tenant_objects_wait_for_priority_classes_and_admission(stack: str, dev_
     plan = dev_plan if stack == "dev" else prod_plan
     before = [plan.object("PriorityClass", "gpu-high"), plan.object("PriorityClass", "gpu-low"),
               plan.object("ValidatingAdmissionPolicy", "gpu-platform-tenant-pods"),
-              plan.object("ValidatingAdmissionPolicyBinding", "gpu-platform-tenant-pods")]
+              plan.object("ValidatingAdmissionPolicyBinding", "gpu-platform-tenant-pods"),
+              plan.object("ValidatingAdmissionPolicyBinding", "gpu-platform-tenant-networks")]
     tenants = [t["name"] for t in stack_config(stack)["gpu-platform:tenants"]]
 
     for tenant in tenants:
