@@ -20,13 +20,15 @@ from pulumi_policy import (
     StackValidationArgs,
     StackValidationPolicy,
 )
-from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, UnknownValueError, unknown_checking_proxy
+from pulumi_policy import proxy
+from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, UnknownValueError
 from rich.console import Console
 from rich.text import Text
 
 from gpuctl.cli import OK, VIOLATION, load_plan, read_json
 from gpuctl.runtime import UNKNOWN
-from policy.rules import POLICIES
+from policy.index import index
+from policy.rules import POLICIES, applies_to
 from stacks.config import ConfigError
 
 REPORTED_LEVELS = (EnforcementLevel.MANDATORY, EnforcementLevel.ADVISORY)
@@ -98,15 +100,64 @@ def _entry(name: str, value: Any) -> tuple[EnforcementLevel | None, dict[str, An
         raise ConfigError(f"policy config: {name}: enforcementLevel {level!r} is not one of {levels}") from None
 
 
-def _with_unknowns(value: Any) -> Any:
-    """The plan's "[unknown]" markers as the SDK's unknown sentinel, so policies see them as during a preview."""
-    if value == UNKNOWN:
-        return UNKNOWN_STRING_VALUE
+_MISSING = object()
+
+
+def _proxied(value: Any, path: list[str]) -> Any:
+    """A plan value as pulumi_policy's `unknown_checking_proxy` holds it: mappings and lists proxied (here on
+    first read), the plan's "[unknown]" marker as the SDK's unknown sentinel, other values as they are."""
     if isinstance(value, dict):
-        return {key: _with_unknowns(item) for key, item in value.items()}
+        return _DictProxy(value, path)
     if isinstance(value, list):
-        return [_with_unknowns(item) for item in value]
-    return value
+        return _ListProxy(value, path)
+    return UNKNOWN_STRING_VALUE if value == UNKNOWN else value
+
+
+class _DictProxy(proxy._DictProxy):
+    """The SDK's unknown-checking mapping over a plan mapping, wrapping each value when it is first read: reads
+    return, and raise, what the SDK's proxy of the whole inputs returns and raises, without copying them all."""
+
+    def __init__(self, target: dict[str, Any], path: list[str]) -> None:
+        self._target, self._path, self._read = target, path, {}
+
+    def __getitem__(self, key: Any) -> Any:
+        value = self._read.get(key, _MISSING)
+        if value is _MISSING:
+            value = self._read[key] = _proxied(self._target[key], [*self._path, str(key)])
+        return proxy._raise_if_unknown(key, value, self._path)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._target[key] = value
+        self._read[key] = value
+
+    def __len__(self) -> int:
+        return len(self._target)
+
+    def __iter__(self):
+        return iter(self._target)
+
+
+class _ListProxy(proxy._ListProxy):
+    """The SDK's unknown-checking sequence over a plan list, wrapping each element when it is first read."""
+
+    def __init__(self, target: list[Any], path: list[str]) -> None:
+        self._target, self._path, self._read = target, path, {}
+
+    def _element(self, position: int) -> Any:
+        value = self._read.get(position, _MISSING)
+        if value is _MISSING:
+            value = self._read[position] = _proxied(self._target[position], [*self._path, str(position)])
+        return value
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, slice):  # the SDK slices its list of proxied elements
+            return proxy._raise_if_unknown(key, [self._element(i) for i in range(len(self._target))[key]], self._path)
+        position = key + len(self._target) if isinstance(key, int) and key < 0 else key
+        self._target[key]  # noqa: B018 - IndexError / TypeError as the SDK's list raises them
+        return proxy._raise_if_unknown(key, self._element(position), self._path)
+
+    def __len__(self) -> int:
+        return len(self._target)
 
 
 def policy_resources(plan: Mapping[str, Any]) -> list[PolicyResource]:
@@ -120,7 +171,7 @@ def policy_resources(plan: Mapping[str, Any]) -> list[PolicyResource]:
                 protect=bool(options.get("protect")), ignore_changes=list(options.get("ignoreChanges", [])),
                 delete_before_replace=options.get("deleteBeforeReplace"), aliases=[],
                 custom_timeouts=PolicyCustomTimeouts(0, 0, 0), additional_secret_outputs=[], parent=record["parent"])
-            props = unknown_checking_proxy(_with_unknowns(dict(record["inputs"])))
+            props = _DictProxy(dict(record["inputs"]), [])
             resources[record["urn"]] = PolicyResource(record["type"], props, record["urn"], record["name"], opts,
                                                       None, None, [], {})
         for record in records:
@@ -158,7 +209,8 @@ def check_plan(plan: Mapping[str, Any], config: Mapping[str, Any] | None = None)
             continue
         level = EnforcementLevel.MANDATORY if setting.level == EnforcementLevel.REMEDIATE else setting.level
         if isinstance(policy, ResourceValidationPolicy):
-            for resource in resources:
+            # only the resources of the types it reads: for the others its validation returns at once
+            for resource in index(resources).selected(applies_to(policy)):
                 validate(policy, ResourceValidationArgs(resource.resource_type, resource.props, resource.urn,
                                                    resource.name, resource.opts, None, dict(setting.config)),
                     level, resource.urn)

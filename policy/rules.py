@@ -11,7 +11,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from pulumi_policy import (
@@ -129,9 +129,11 @@ def requests_gpus(spec: Mapping[str, Any]) -> bool:
 
 
 def tenant_namespaces(resources: Sequence[PolicyResource]) -> dict[str, PolicyResource]:
-    """Namespaces labelled as a tenant's, by name."""
-    return {dig(r.props, "metadata", "name"): r for r in index(resources).of_kind("Namespace")
-            if dig(r.props, "metadata", "labels", labels.TENANT_LABEL)}
+    """Namespaces labelled as a tenant's, by name (found once per resource list; callers only read it)."""
+    found = index(resources)
+    return found.derived("tenant namespaces", lambda: {
+        dig(r.props, "metadata", "name"): r for r in found.of_kind("Namespace")
+        if dig(r.props, "metadata", "labels", labels.TENANT_LABEL)})
 
 
 def quotas(resources: Sequence[PolicyResource], namespace: str) -> list[Mapping[str, Any]]:
@@ -200,6 +202,83 @@ def registers_gpu_taint(template: PolicyResource) -> bool:
     return False
 
 
+# Which resource types a policy reads ------------------------------------------------------------------------
+# Module-level predicates, so a resource index selects the resources of each once.
+
+
+def every_type(resource_type: str) -> bool:
+    return True
+
+
+def runs_pods(resource_type: str) -> bool:
+    """Workloads with a pod spec (POD_SPEC_PATHS)."""
+    return kind(resource_type) in POD_SPEC_PATHS
+
+
+def names_images(resource_type: str) -> bool:
+    """Workloads, and the GPU Operator resources that name operand images."""
+    return runs_pods(resource_type) or resource_type in OPERAND_IMAGE_RESOURCES
+
+
+def is_pool(resource_type: str) -> bool:
+    return resource_type in (MACHINE_SET, AUTO_SCALING_GROUP)
+
+
+def is_pool_part(resource_type: str) -> bool:
+    return resource_type in (MACHINE_SET, AUTO_SCALING_GROUP, LAUNCH_TEMPLATE)
+
+
+def is_role(resource_type: str) -> bool:
+    return kind(resource_type) in ("Role", "ClusterRole")
+
+
+def sets_sysctls(resource_type: str) -> bool:
+    """Workloads, and the node settings that allow or set sysctls (see _unsafe_allowed and Tuned)."""
+    return (runs_pods(resource_type) or resource_type in (PERFORMANCE_PROFILE, LAUNCH_TEMPLATE)
+            or kind(resource_type) in ("KubeletConfig", "Tuned"))
+
+
+def is_nvidia_driver(resource_type: str) -> bool:
+    return resource_type == NVIDIA_DRIVER
+
+
+def tolerates_operands(resource_type: str) -> bool:
+    return resource_type in OPERAND_TOLERATIONS
+
+
+def is_cluster_policy(resource_type: str) -> bool:
+    return resource_type == CLUSTER_POLICY
+
+
+def is_namespace(resource_type: str) -> bool:
+    return kind(resource_type) == "Namespace"
+
+
+def is_launch_template(resource_type: str) -> bool:
+    return resource_type == LAUNCH_TEMPLATE
+
+
+_APPLIES_TO: dict[str, Callable[[str], bool]] = {}
+
+
+def resource_policy(*, applies_to: Callable[[str], bool], validate: Callable[[ResourceValidationArgs, ReportViolation],
+                    None], **kwargs: Any) -> ResourceValidationPolicy:
+    """A ResourceValidationPolicy whose validation returns at once for resource types `applies_to` rejects, so a
+    runner holding the resources by type may skip those without building their arguments (`applies_to`)."""
+    def validate_applicable(args: ResourceValidationArgs, report: ReportViolation) -> None:
+        if applies_to(args.resource_type):
+            validate(args, report)
+
+    policy = ResourceValidationPolicy(validate=validate_applicable, **kwargs)
+    _APPLIES_TO[policy.name] = applies_to
+    return policy
+
+
+def applies_to(policy: ResourceValidationPolicy) -> Callable[[str], bool]:
+    """The resource types a resource policy can report on (its validation does nothing for the others)."""
+    return _APPLIES_TO.get(policy.name, every_type)
+
+
 # Policies ---------------------------------------------------------------------------------------------------
 
 
@@ -245,7 +324,7 @@ def _quota_within_capacity(args: StackValidationArgs, report: ReportViolation) -
     ratio = float(args.get_config().get("maxOvercommit", DEFAULT_OVERCOMMIT))
     promised = tenant_gpu_quotas(args.resources)
     total = sum(promised.values())
-    capacity = sum(pool_capacity(pool) for pool in gpu_pools(args.resources))
+    capacity = sum(pool_capacity(pool) for pool in gpu_pools(index(args.resources).selected(is_pool)))
     if total > capacity * ratio:
         tenants = ", ".join(f"{name} {gpus}" for name, gpus in sorted(promised.items()))
         report(f"tenant GPU quotas add up to {total} GPUs ({tenants}) but the GPU pools hold {capacity}; with "
@@ -254,9 +333,8 @@ def _quota_within_capacity(args: StackValidationArgs, report: ReportViolation) -
 
 
 def _gpu_pods_tolerate_taint(args: StackValidationArgs, report: ReportViolation) -> None:
-    runtime_classes = {dig(r.props, "metadata", "name"): r.props for r in args.resources
-                       if kind(r.resource_type) == "RuntimeClass"}
-    for resource in args.resources:
+    runtime_classes = {dig(r.props, "metadata", "name"): r.props for r in index(args.resources).of_kind("RuntimeClass")}
+    for resource in index(args.resources).selected(runs_pods):
         spec = pod_spec(resource.resource_type, resource.props)
         if spec is None or not requests_gpus(spec):
             continue
@@ -388,8 +466,9 @@ def _driver_tag(spec: Mapping[str, Any], version: str) -> str:
 
 
 def _no_latest_operand_images(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    name = describe(args.resource_type, args.props)
-    for path, section in operand_sections(args.resource_type, args.props):
+    sections = operand_sections(args.resource_type, args.props)
+    name = describe(args.resource_type, args.props) if sections else ""
+    for path, section in sections:
         version = str(section.get("version") or "")
         if path == "spec" and args.resource_type == NVIDIA_DRIVER:
             if version and version != "latest":
@@ -453,8 +532,7 @@ _SYSTEM_NAMESPACE_TEXT = ", ".join(SYSTEM_NAMESPACES[:-1]) + f" or {SYSTEM_NAMES
 
 def _host_access_in_system_namespaces(args: ResourceValidationArgs, report: ReportViolation) -> None:
     spec = pod_spec(args.resource_type, args.props)
-    namespace = dig(args.props, "metadata", "namespace") or "default"
-    if spec is None or namespace in SYSTEM_NAMESPACES:
+    if spec is None or (dig(args.props, "metadata", "namespace") or "default") in SYSTEM_NAMESPACES:
         return
     uses = [field for field in ("hostPID", "hostIPC", "hostNetwork") if spec.get(field)]
     uses += [f"privileged container {c.get('name')}" for c in containers(spec)
@@ -491,12 +569,13 @@ def _excessive_grant(role_ref: Mapping[str, Any], namespace: str | None,
 
 def _tenant_rbac(args: StackValidationArgs, report: ReportViolation) -> None:
     tenants = tenant_namespaces(args.resources)
+    found = index(args.resources)
     roles = {(kind(r.resource_type), dig(r.props, "metadata", "namespace"), dig(r.props, "metadata", "name")): r.props
-             for r in args.resources if kind(r.resource_type) in ("Role", "ClusterRole")}
+             for r in found.selected(is_role)}
     tenant_groups = set()
-    for binding in args.resources:
+    for binding in found.of_kind("RoleBinding"):
         namespace = dig(binding.props, "metadata", "namespace")
-        if kind(binding.resource_type) != "RoleBinding" or namespace not in tenants:
+        if namespace not in tenants:
             continue
         tenant_groups |= {(s.get("kind"), s.get("name")) for s in items(binding.props.get("subjects"))
                           if s.get("kind") != "ServiceAccount"}
@@ -504,9 +583,7 @@ def _tenant_rbac(args: StackValidationArgs, report: ReportViolation) -> None:
         if grant:
             report(f"{describe(binding.resource_type, binding.props)} grants tenant {namespace} {grant}; bind a "
                    "narrower role such as the built-in edit ClusterRole", binding.urn)
-    for binding in args.resources:
-        if kind(binding.resource_type) != "ClusterRoleBinding":
-            continue
+    for binding in found.of_kind("ClusterRoleBinding"):
         subjects = [s for s in items(binding.props.get("subjects"))
                     if (s.get("kind"), s.get("name")) in tenant_groups or s.get("namespace") in tenants]
         grant = _excessive_grant(binding.props.get("roleRef") or {}, None, roles) if subjects else None
@@ -540,6 +617,8 @@ PERFORMANCE_PROFILE = "kubernetes:performance.openshift.io/v2:PerformanceProfile
 NODE_TUNING_COMPONENT = "gpu-platform:index:NodeTuning"
 KUBELET_SNIPPET_ANNOTATION = "kubeletconfig.experimental"
 NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
+# Multus swaps the pod's cluster network for this one, looked up in Multus's own namespace, not the tenant's.
+DEFAULT_NETWORK_ANNOTATION = "v1.multus-cni.io/default-network"
 EFA_INTERFACE_TYPES = ("efa", "efa-only")
 _PROFILE_PAGE_MIB = {"2M": 2, "1G": 1024}
 _BOOT_PAGES = re.compile(r"^echo (\d+) > /sys/kernel/mm/hugepages/hugepages-(\d+)kB/nr_hugepages$", re.MULTILINE)
@@ -575,9 +654,7 @@ def _hugepages_within_memory(args: StackValidationArgs, report: ReportViolation)
                 report(f"{describe(profile.resource_type, profile.props)} asks for {mib} MiB of hugepages on the nodes "
                        f"of {describe(machine_set.resource_type, machine_set.props)}, which have {memory} MiB; keep "
                        f"hugepages within {limit_text} of memory (lower spec.hugepages.pages counts)", profile.urn)
-    for template in args.resources:
-        if template.resource_type != LAUNCH_TEMPLATE:
-            continue
+    for template in index(args.resources).of_type(LAUNCH_TEMPLATE):
         mib = sum(int(count) * int(kib) // 1024 for count, kib in _BOOT_PAGES.findall(user_data(template)))
         instance = INSTANCE_TYPES.get(str(template.props.get("instanceType")))
         if mib and instance and mib > instance.memory_mib * MAX_HUGEPAGES_SHARE:
@@ -603,7 +680,7 @@ def _unsafe_allowed(resource: PolicyResource) -> list[str]:
 
 
 def _node_sysctls_in_profiles(args: StackValidationArgs, report: ReportViolation) -> None:
-    for resource in args.resources:
+    for resource in index(args.resources).selected(sets_sysctls):
         what = describe(resource.resource_type, resource.props) if kind(resource.resource_type) else resource.name
         spec = pod_spec(resource.resource_type, resource.props)
         if spec is not None:
@@ -660,21 +737,26 @@ def network_references(annotation: str, namespace: str) -> list[tuple[str, str]]
 
 def _tenant_networks_own_namespace(args: StackValidationArgs, report: ReportViolation) -> None:
     tenants = tenant_namespaces(args.resources)
-    for resource in args.resources:
+    for resource in index(args.resources).selected(runs_pods):
         path = POD_SPEC_PATHS.get(kind(resource.resource_type))
         namespace = dig(resource.props, "metadata", "namespace")
         if path is None or namespace not in tenants:
             continue
-        annotation = dig(resource.props, *path[:-1], "metadata", "annotations", NETWORKS_ANNOTATION)
-        foreign = [f"{space}/{name}" for space, name in network_references(str(annotation or ""), namespace)
-                   if space != namespace]
+        annotations = dig(resource.props, *path[:-1], "metadata", "annotations") or {}
+        if not isinstance(annotations, Mapping):
+            continue
+        foreign = [f"{space}/{name}" for space, name in network_references(
+            str(annotations.get(NETWORKS_ANNOTATION) or ""), namespace) if space != namespace]
+        if DEFAULT_NETWORK_ANNOTATION in annotations:
+            foreign.append(f"{annotations[DEFAULT_NETWORK_ANNOTATION]} (as {DEFAULT_NETWORK_ANNOTATION})")
         if foreign:
             report(f"{describe(resource.resource_type, resource.props)} attaches to {', '.join(foreign)}, outside its "
                    f"tenant namespace {namespace}; a tenant's pods attach only to its own networks", resource.urn)
 
 
 POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
-    ResourceValidationPolicy(
+    resource_policy(
+        applies_to=is_pool_part,
         name="gpu-pool-tainted",
         description=f"Every GPU pool taints its nodes {GPU_TAINT_TEXT}: a MachineSet in its template, an Auto Scaling "
                     "Group in the autoscaler's taint tag, a pool's launch template in the kubelet's flags.",
@@ -704,7 +786,8 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
         validate=_gpu_pods_tolerate_taint,
         enforcement_level=EnforcementLevel.ADVISORY,
     ),
-    ResourceValidationPolicy(
+    resource_policy(
+        applies_to=is_nvidia_driver,
         name="driver-pinned-to-kernel",
         description=f"Each NVIDIADriver pins one kernel ({labels.KERNEL_LABEL} in spec.nodeSelector); with "
                     "usePrecompiled its spec.version is a driver branch (digits only), and a tag in spec.image names "
@@ -712,21 +795,24 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
         validate=_driver_pinned_to_kernel,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
-    ResourceValidationPolicy(
+    resource_policy(
+        applies_to=tolerates_operands,
         name="operands-tolerate-gpu-taint",
         description=f"The ClusterPolicy (spec.daemonsets.tolerations) and every NVIDIADriver (spec.tolerations) "
                     f"tolerate {GPU_TAINT_TEXT}, so the operator's pods run on the GPU nodes.",
         validate=_operands_tolerate_gpu_taint,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
-    ResourceValidationPolicy(
+    resource_policy(
+        applies_to=is_cluster_policy,
         name="gpu-access-only-through-device-plugin",
         description="The ClusterPolicy makes the container toolkit ignore NVIDIA_VISIBLE_DEVICES from unprivileged "
                     "containers and the device plugin pass devices as volume mounts or CDI.",
         validate=_gpu_access_through_device_plugin,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
-    ResourceValidationPolicy(
+    resource_policy(
+        applies_to=names_images,
         name="no-latest-images",
         description="Every container image, and every operand image of the ClusterPolicy and the NVIDIADrivers "
                     "(sections with repository/image/version), is pinned to a version tag or digest, never :latest "
@@ -734,7 +820,8 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
         validate=_no_latest_images,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
-    ResourceValidationPolicy(
+    resource_policy(
+        applies_to=names_images,
         name="allowed-image-registries",
         description="Every container image, and every operand image the ClusterPolicy and the NVIDIADrivers name "
                     "(<repository>/<image>), comes from an allowed registry or registry path.",
@@ -745,14 +832,16 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
             "description": "registry hosts, or host/path prefixes, that images may come from",
         }}),
     ),
-    ResourceValidationPolicy(
+    resource_policy(
+        applies_to=runs_pods,
         name="host-access-only-in-gpu-system",
         description="Privileged containers, host namespaces and hostPath volumes only in the GPU Operator's and NFD's "
                     f"namespaces ({', '.join(SYSTEM_NAMESPACES)}).",
         validate=_host_access_in_system_namespaces,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
-    ResourceValidationPolicy(
+    resource_policy(
+        applies_to=is_namespace,
         name="tenant-pod-security",
         description="Tenant namespaces enforce the baseline or restricted pod security standard.",
         validate=_tenant_pod_security,
@@ -785,7 +874,8 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
         validate=_node_sysctls_in_profiles,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
-    ResourceValidationPolicy(
+    resource_policy(
+        applies_to=is_launch_template,
         name="efa-only-on-capable-instances",
         description="A launch template attaches EFA interfaces only to an EFA-capable instance type, at most as many "
                     "as it takes.",

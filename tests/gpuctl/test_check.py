@@ -11,10 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from collections.abc import Mapping, Sequence
+from pulumi_policy import (PolicyCustomTimeouts, PolicyResource, PolicyResourceOptions, ResourceValidationArgs,
+                           ResourceValidationPolicy, StackValidationArgs)
+from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, UnknownValueError, unknown_checking_proxy
 
 from components import labels
+from gpuctl import check
 from gpuctl.__main__ import main
 from gpuctl.check import Violation, check_plan
+from policy.rules import POLICIES
 from gpuctl.render import write_render
 from tests.conftest import ROOT, Plan
 
@@ -201,3 +207,95 @@ def test_unknown_value_is_an_advisory_note(dev_plan: Plan) -> None:
     assert note == Violation("tenant-pod-security", "advisory", resource(doc, "tenant-vision-namespace")["urn"],
                              "tenant-vision-namespace", note.message)
     assert "cannot be checked on this plan" in note.message
+
+
+def sdk_props(value: Any) -> Any:
+    """A plan's inputs as the engine hands them: "[unknown]" as the SDK's sentinel, in the SDK's own proxy."""
+    def unknowns(item: Any) -> Any:
+        if isinstance(item, dict):
+            return {key: unknowns(inner) for key, inner in item.items()}
+        if isinstance(item, list):
+            return [unknowns(inner) for inner in item]
+        return UNKNOWN_STRING_VALUE if item == "[unknown]" else item
+    return unknown_checking_proxy(unknowns(value))
+
+
+def read_all(value: Any) -> Any:
+    """Everything a policy can read from a proxied value: each value, or the error reading it raises."""
+    def read(get: Callable[[], Any]) -> Any:
+        try:
+            return read_all(get())
+        except UnknownValueError as error:
+            return ("unknown", error.message, error.props)
+        except (IndexError, KeyError, TypeError) as error:
+            return (type(error).__name__,)
+    if isinstance(value, Mapping):
+        assert isinstance(value, check._DictProxy.__mro__[1])  # the SDK's mapping proxy
+        return {"keys": list(value), "len": len(value), "missing": read(lambda: value["missing"]),
+                "items": {key: read(lambda key=key: value[key]) for key in value},
+                "get": [read(lambda key=key: value.get(key)) for key in value]}
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        assert isinstance(value, check._ListProxy.__mro__[1])  # the SDK's sequence proxy
+        return {"len": len(value), "items": [read(lambda i=i: value[i]) for i in range(len(value))],
+                "last": read(lambda: value[-1]), "beyond": read(lambda: value[len(value)]),
+                "key": read(lambda: value["x"]),
+                "slice": [read_all(item) if not isinstance(item, str) else item for item in value[1:]]}
+    return value
+
+
+def test_plan_inputs_read_as_the_sdks_proxy_reads_them(dev_plan: Plan) -> None:
+    inputs = {"spec": {"list": [1, "[unknown]", {"deep": ["[unknown]", "x"]}, []], "unknown": "[unknown]",
+                       "nested": {"n": None, "b": True, "s": "nvcr.io/nvidia/driver:580"}}, "top": "[unknown]"}
+    for value in [inputs, *(record["inputs"] for record in dev_plan.document["resources"])]:
+        lazy = check._DictProxy(copy.deepcopy(value), [])
+        assert read_all(lazy) == read_all(sdk_props(copy.deepcopy(value)))
+
+
+def engine_run(plan: Document) -> list[tuple[str, str | None, str]]:
+    """The pack run as pulumi_policy's analyzer runs it: every resource policy on every resource, each stack
+    policy on its own fresh list of resources, the SDK's eager proxies; (policy, urn, message) in report order."""
+    reports: list[tuple[str, str | None, str]] = []
+
+    def stack_resources() -> list[PolicyResource]:
+        by_urn = {}
+        for record in plan["resources"]:
+            options = record.get("options", {})
+            opts = PolicyResourceOptions(bool(options.get("protect")), list(options.get("ignoreChanges", [])),
+                                         options.get("deleteBeforeReplace"), [], PolicyCustomTimeouts(0, 0, 0), [],
+                                         record["parent"])
+            by_urn[record["urn"]] = PolicyResource(record["type"], sdk_props(record["inputs"]), record["urn"],
+                                                   record["name"], opts, None, None, [], {})
+        for record in plan["resources"]:
+            by_urn[record["urn"]].parent = by_urn.get(record["parent"])
+        return list(by_urn.values())
+
+    for policy in POLICIES:
+        resources = stack_resources()
+        if isinstance(policy, ResourceValidationPolicy):
+            for resource in resources:
+                def report(message: str, _urn: str | None = None, urn: str = resource.urn) -> None:
+                    reports.append((policy.name, urn, message))
+                try:
+                    policy.validate(ResourceValidationArgs(resource.resource_type, resource.props, resource.urn,
+                                                           resource.name, resource.opts, None, {}), report)
+                except UnknownValueError as error:
+                    reports.append((policy.name, resource.urn, f"cannot be checked on this plan: {error.message}"))
+        else:
+            try:
+                policy.validate(StackValidationArgs(resources, {}),
+                                lambda message, urn=None: reports.append((policy.name, urn, message)))
+            except UnknownValueError as error:
+                reports.append((policy.name, None, f"cannot be checked on this plan: {error.message}"))
+    return reports
+
+
+def test_check_reports_what_the_engine_reports_in_its_order(dev_plan: Plan, prod_plan: Plan) -> None:
+    broken = copy.deepcopy(dev_plan.document)
+    for mutate, _, _ in VIOLATIONS.values():
+        mutate(broken)
+    resource(broken, "tenant-vision-namespace")["inputs"]["metadata"]["labels"][
+        "pod-security.kubernetes.io/enforce"] = "[unknown]"
+    for plan in (dev_plan.document, prod_plan.document, broken):
+        expected = engine_run(plan)
+        assert [(v.policy, v.urn, v.message) for v in check_plan(plan)] == expected
+    assert len(expected) > len(VIOLATIONS)  # every mutation reported, and the unknown noted

@@ -228,6 +228,13 @@ def networked(doc: Document, networks: str) -> None:
         "k8s.v1.cni.cncf.io/networks": networks}
 
 
+def default_network(doc: Document, network: str) -> None:
+    """The tenant vision's trainer asks Multus to replace its cluster network."""
+    gpu_workload(doc, [GPU_TOLERATION])
+    inputs(doc, "vision-trainer")["spec"]["template"]["metadata"]["annotations"] = {
+        "v1.multus-cni.io/default-network": network}
+
+
 HARDENED = {"ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED": "false",
             "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS": "true"}
 GPU_TOLERATION = dict(labels.GPU_TOLERATION)
@@ -433,6 +440,8 @@ CASES: list[Case] = [
      lambda d: networked(d, "collective,nlp-research/collective"), True, "vision-trainer"),
     ("other-tenant-network-json", "tenant-networks-own-namespace", "dev",
      lambda d: networked(d, '[{"name": "collective", "namespace": "nlp-research"}]'), True, "vision-trainer"),
+    ("default-network-swap", "tenant-networks-own-namespace", "dev",
+     lambda d: default_network(d, "collective"), True, "vision-trainer"),
 ]
 
 
