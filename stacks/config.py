@@ -9,7 +9,7 @@ import re
 from typing import Annotated, Any, Literal
 
 import pulumi
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, StrictBool, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from components import labels
@@ -305,7 +305,8 @@ class NodePoolConfig(StrictModel):
     subnet_id: str | None = Field(default=None, pattern=r"^subnet-[0-9a-f]{8,17}$",
                                   description="Kubernetes: the one subnet (one zone) of an EFA pool")
     roll: RollConfig = Field(default=RollConfig(), description="Kubernetes: how an image change replaces the nodes")
-    retired: bool = Field(default=False, description="unprotect the pool's machines so a later change may remove it")
+    retired: StrictBool = Field(default=False,
+                                description="unprotect the pool's machines so a later change may remove it")
 
     @model_validator(mode="after")
     def _check(self) -> NodePoolConfig:
@@ -445,7 +446,7 @@ class TenantConfig(StrictModel):
     gpus: int = Field(ge=0, le=MAX_TENANT_GPUS)
     priority_class: Literal["gpu-high", "gpu-low"] = labels.LOW_PRIORITY_CLASS
     group: str | None = Field(default=None, min_length=1)
-    retired: bool = Field(default=False, description="unprotect the namespace so a later change may remove it")
+    retired: StrictBool = Field(default=False, description="unprotect the namespace so a later change may remove it")
     cpu: str = Field(default="64", pattern=_CPU, description="quota on the sum of CPU requests")
     memory: str = Field(default="256Gi", pattern=_MEMORY, description="quota on the sum of memory requests")
     pods: int = Field(default=200, ge=1, le=10_000)
@@ -653,6 +654,8 @@ def _describe(error: ValidationError) -> str:
         message = f"must be text, not {first['input']!r}; quote it in the stack file"
     elif first["type"] in ("int_parsing", "int_type", "int_from_float", "float_parsing", "float_type"):
         message = f"must be a number, not {first['input']!r}; write digits only"
+    elif first["type"] in ("bool_type", "bool_parsing"):
+        message = f"must be true or false, not {first['input']!r}; write true or false, unquoted"
     elif first["type"] in ("greater_than_equal", "greater_than"):
         message = f"{first['input']!r} is too small; use at least {next(iter(first['ctx'].values()))}"
     elif first["type"] in ("less_than_equal", "less_than"):

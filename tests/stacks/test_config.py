@@ -677,8 +677,13 @@ def test_openshift_pool_must_not_set_roll() -> None:
     assert "sets roll, which applies to Kubernetes pools" in message and "remove roll" in message
 
 
-def test_retired_must_be_a_boolean() -> None:
-    assert "nodePools[0].retired" in config_error(lambda v: pool(v).update(retired="soon"), stack="prod")
+@pytest.mark.parametrize("value", ["soon", "yes", "true", 1])
+def test_retired_must_be_a_real_boolean(value: object) -> None:
+    # Retiring unprotects machines and namespaces: only an unquoted true does it, never YAML 1.1's `yes`.
+    message = config_error(lambda v: pool(v).update(retired=value), stack="prod")
+    assert f"nodePools[0].retired: must be true or false, not {value!r}" in message
+    message = config_error(lambda v: v["tenants"][0].update(retired=value), stack="prod")
+    assert f"tenants[0].retired: must be true or false, not {value!r}" in message
 
 
 def test_termination_handler_role_is_kubernetes_only() -> None:
