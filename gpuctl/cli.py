@@ -67,7 +67,7 @@ EPILOGS = {
     "render": """examples:
   gpuctl render --stack dev --out build/dev --offline
   gpuctl render --stack prod --out build/prod --observed-nodes nodes.json
-  gpuctl render --config-file ./Pulumi.qa.yaml --stack qa --out build/qa --offline
+  gpuctl render --config-file ./Pulumi.qa.yaml --out build/qa --offline
 
 """ + EXIT_CODES.format(extra="\n  1  a manifest the API server would reject (nothing is written)"),
     "check": """examples:

@@ -485,11 +485,18 @@ class ImagesConfig(StrictModel):
     dcgm_exporter: str | None = _image()
     validator: str | None = _image()
     driver_manager: str | None = _image()
+    mig_manager: str | None = _image()
 
     def operands(self) -> dict[str, str]:
-        """The GPU Operator operand images set here, by ClusterPolicy section (toolkit, devicePlugin, ...)."""
-        return {to_camel(name): image for name, image in self.model_dump().items()
-                if image is not None and name != "nfd"}
+        """The GPU Operator operand images set here, by ClusterPolicy section (toolkit, devicePlugin, ...).
+
+        GPU feature discovery ships in the device plugin's image (k8s-device-plugin), so it follows that override.
+        """
+        images = {to_camel(name): image for name, image in self.model_dump().items()
+                  if image is not None and name != "nfd"}
+        if "devicePlugin" in images:
+            images["gfd"] = images["devicePlugin"]
+        return images
 
 
 class MonitoringConfig(StrictModel):

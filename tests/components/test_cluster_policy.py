@@ -81,9 +81,11 @@ def test_images_config_overrides_operands(render) -> None:
     assert (policy["devicePlugin"]["repository"], policy["devicePlugin"]["image"], policy["devicePlugin"]["version"]) \
         == ("registry.example.com/nvidia", "k8s-device-plugin", "sha256:" + "a" * 64)
     assert policy["dcgmExporter"]["version"] == "4.6.0-4.8.4-distroless"
+    # GPU feature discovery runs from the device plugin's image, so it follows that override.
+    assert image_of(policy["gfd"]) == image_of(policy["devicePlugin"]) != labels.OPERAND_IMAGES["gfd"]
     # Sections not overridden keep the pinned release's images.
     assert image_of(policy["validator"]) == labels.OPERAND_IMAGES["validator"]
-    assert image_of(policy["gfd"]) == labels.OPERAND_IMAGES["gfd"]
+    assert image_of(policy["migManager"]) == labels.OPERAND_IMAGES["migManager"]
 
 
 def test_device_plugin_config_only_with_time_slicing(dev_plan: Plan, prod_plan: Plan) -> None:

@@ -541,12 +541,16 @@ def test_operand_image_overrides_are_keyed_by_cluster_policy_section() -> None:
     values = config_values("prod")
     values["images"] = {"nfd": "registry.k8s.io/nfd/node-feature-discovery:v0.19.0",
                         "devicePlugin": "mirror.example.com/nvidia/k8s-device-plugin:v0.18.0",
-                        "driverManager": "mirror.example.com/nvidia/k8s-driver-manager:v0.9.0"}
+                        "driverManager": "mirror.example.com/nvidia/k8s-driver-manager:v0.9.0",
+                        "migManager": "mirror.example.com/nvidia/k8s-mig-manager:v0.15.0"}
 
     operands = parse_stack_config(values).images.operands()
 
+    # GPU feature discovery runs from the device plugin's image, so a mirror of one moves both.
     assert operands == {"devicePlugin": "mirror.example.com/nvidia/k8s-device-plugin:v0.18.0",
-                        "driverManager": "mirror.example.com/nvidia/k8s-driver-manager:v0.9.0"}
+                        "gfd": "mirror.example.com/nvidia/k8s-device-plugin:v0.18.0",
+                        "driverManager": "mirror.example.com/nvidia/k8s-driver-manager:v0.9.0",
+                        "migManager": "mirror.example.com/nvidia/k8s-mig-manager:v0.15.0"}
 
 
 def test_cuda_sample_image_is_now_an_unknown_key() -> None:
