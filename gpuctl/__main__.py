@@ -26,11 +26,16 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         return args.run(args)
     except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {printable(str(error))}", file=sys.stderr)
         return BAD_INPUT
     except KeyboardInterrupt:
         print("error: interrupted; nothing was changed", file=sys.stderr)
         return 128 + signal.SIGINT
+
+
+def printable(message: str) -> str:
+    """The message on one line: control characters from the input (a key named "\\r") shown escaped."""
+    return "".join(char if char.isprintable() else char.encode("unicode_escape").decode() for char in message)
 
 
 def one_shot_collector() -> None:

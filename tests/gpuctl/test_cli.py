@@ -109,3 +109,18 @@ def test_check_and_diff_load_no_pulumi_provider_nor_kubernetes_client(tmp_path) 
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "[]"
+
+
+def test_control_characters_from_the_input_stay_escaped_on_the_one_error_line(tmp_path) -> None:
+    stack = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    stack["config"]["gpu-platform:\r\x1b[2Jcluster"] = 0
+    path = tmp_path / "Pulumi.hostile.yaml"
+    path.write_text(yaml.safe_dump(stack))
+
+    result = subprocess.run([sys.executable, "-m", "gpuctl", "render", "--config-file", str(path), "--out",
+                             str(tmp_path / "out"), "--offline"], cwd=ROOT, capture_output=True, text=True)
+
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "\r" not in result.stderr and "\x1b" not in result.stderr
+    assert "gpu-platform:\\r\\x1b[2Jcluster: unknown config key" in result.stderr
+    assert not (tmp_path / "out").exists()
