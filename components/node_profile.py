@@ -17,6 +17,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.manifests import child_options, metadata
+from fleet.cpusets import format_cpuset, parse_cpuset
 
 MCO_ROLE_LABEL = "machineconfiguration.openshift.io/role"
 NODE_ROLE_LABEL = "node-role.kubernetes.io/{role}"
@@ -69,8 +70,8 @@ class NodeProfile:
     @property
     def isolated_cpus(self) -> str:
         """Every vCPU not reserved, as a cpuset list: the CPUs guaranteed pods get whole."""
-        reserved = _cpus(self.reserved_cpus)
-        return _cpuset([cpu for cpu in range(self.vcpus) if cpu not in reserved])
+        reserved = parse_cpuset(self.reserved_cpus)
+        return format_cpuset([cpu for cpu in range(self.vcpus) if cpu not in reserved])
 
     def rollout(self, flavor: str) -> dict[str, object]:
         """How a change of this profile reaches the pool's nodes."""
@@ -127,30 +128,6 @@ class NodeProfile:
         if self.unsafe_sysctls:
             snippet["allowedUnsafeSysctls"] = list(self.unsafe_sysctls)
         return snippet
-
-
-def _cpus(text: str) -> set[int]:
-    cpus: set[int] = set()
-    for part in text.split(","):
-        first, _, last = part.partition("-")
-        cpus.update(range(int(first), int(last or first) + 1))
-    return cpus
-
-
-def _cpuset(cpus: list[int]) -> str:
-    """A sorted CPU list as ranges: [2, 3, 4, 7] -> "2-4,7"."""
-    ranges: list[str] = []
-    start = previous = None
-    for cpu in sorted(cpus):
-        if previous is not None and cpu == previous + 1:
-            previous = cpu
-            continue
-        if start is not None:
-            ranges.append(f"{start}-{previous}" if previous != start else str(start))
-        start = previous = cpu
-    if start is not None:
-        ranges.append(f"{start}-{previous}" if previous != start else str(start))
-    return ",".join(ranges)
 
 
 class NodeTuning(pulumi.ComponentResource):

@@ -16,6 +16,7 @@ from components import labels
 from fleet.catalog import (HUGEPAGE_SIZES_MIB, INSTANCE_TYPES, KUBERNETES_OSES, MAX_HUGEPAGES_SHARE, NODE_OSES,
                            OPENSHIFT_KUBERNETES, InstanceType)
 from fleet import sysctls
+from fleet.cpusets import parse_cpuset
 from fleet.kernels import DriverRelease, KernelTarget
 
 PROJECT = "gpu-platform"
@@ -187,15 +188,6 @@ class ClusterConfig(StrictModel):
 _CPUSET = r"^\d{1,3}(-\d{1,3})?(,\d{1,3}(-\d{1,3})?)*$"
 
 
-def cpu_set(text: str) -> set[int]:
-    """The CPU ids of a Linux cpuset list ("0-1,48-49")."""
-    cpus: set[int] = set()
-    for part in text.split(","):
-        first, _, last = part.partition("-")
-        cpus.update(range(int(first), int(last or first) + 1))
-    return cpus
-
-
 class NodeProfileConfig(StrictModel):
     """How a pool's nodes are tuned: CPU and topology managers, reserved CPUs, hugepages, sysctls."""
 
@@ -221,7 +213,7 @@ class NodeProfileConfig(StrictModel):
 
     @property
     def reserved(self) -> set[int]:
-        return cpu_set(self.reserved_cpus)
+        return parse_cpuset(self.reserved_cpus)
 
     @property
     def hugepages_mib(self) -> int:
