@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import signal
 import sys
 
@@ -52,7 +53,14 @@ def one_shot_collector() -> None:
 def run() -> None:
     """The `gpuctl` console command (and `python -m gpuctl`)."""
     one_shot_collector()
-    sys.exit(main())
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`gpuctl diff ... | head`): stop quietly, as other command-line tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 141  # 128 + SIGPIPE, what a shell reports for such a pipe
+    sys.exit(code)
 
 
 if __name__ == "__main__":

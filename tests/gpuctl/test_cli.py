@@ -124,3 +124,10 @@ def test_control_characters_from_the_input_stay_escaped_on_the_one_error_line(tm
     assert result.stderr.count("\n") == 1 and "\r" not in result.stderr and "\x1b" not in result.stderr
     assert "gpu-platform:\\r\\x1b[2Jcluster: unknown config key" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path) -> None:
+    command = f"{sys.executable} -m gpuctl render --stack prod --out {tmp_path / 'out'} --offline | head -c 1"
+    result = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True)
+
+    assert "Traceback" not in result.stderr and result.stdout == "r"
