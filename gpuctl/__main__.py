@@ -21,17 +21,29 @@ def main(argv: list[str] | None = None) -> int:
     for command in COMMANDS:
         command.register(commands)
     add_epilogs(commands)
-    # SIGTERM unwinds like Ctrl-C, so every temporary folder and git worktree is removed on the way out.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    # SIGTERM unwinds like Ctrl-C, so every temporary folder and git worktree is removed on the way out. Code that
+    # the signal lands in may turn the exit into an error of its own (the SDK's runtime does), so the exit code
+    # comes from the signal, whatever the unwinding produced.
+    terminated: list[int] = []
+
+    def terminate(signum: int, frame: object) -> None:
+        terminated.append(signum)
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
     try:
         args = parser.parse_args(argv)
-        return args.run(args)
+        code = args.run(args)
     except ConfigError as error:
         print(f"error: {printable(str(error))}", file=sys.stderr)
-        return BAD_INPUT
+        code = BAD_INPUT
     except KeyboardInterrupt:
         print("error: interrupted; nothing was changed", file=sys.stderr)
-        return 128 + signal.SIGINT
+        code = 128 + signal.SIGINT
+    except Exception:
+        if not terminated:
+            raise
+    return 128 + terminated[0] if terminated else code
 
 
 def printable(message: str) -> str:

@@ -137,3 +137,25 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path) -> None:
 
     assert "BrokenPipeError" not in stderr and "Traceback" not in stderr
     assert process.returncode == 141
+
+
+def test_sigterm_exits_143_even_where_the_running_code_turns_it_into_an_error(monkeypatch, tmp_path) -> None:
+    import os
+    import signal
+
+    from gpuctl import __main__ as entry
+    from gpuctl import check
+
+    def swallowing_run(args) -> int:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)  # lands here, as inside the SDK's runtime during a render
+        except SystemExit:
+            raise RuntimeError("the runtime's own error for the interrupted program") from None
+        return 0
+
+    monkeypatch.setattr(check, "run", swallowing_run)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        assert entry.main(["check", str(tmp_path)]) == 128 + signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
