@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     for command in COMMANDS:
         command.register(commands)
     add_epilogs(commands)
-    # SIGTERM unwinds like Ctrl-C, so every temporary folder and git worktree is removed on the way out. Code that
+    # SIGTERM unwinds like Ctrl-C, so every temporary folder is removed on the way out. Code that
     # the signal lands in may turn the exit into an error of its own (the SDK's runtime does), so the exit code
     # comes from the signal, whatever the unwinding produced.
     terminated: list[int] = []

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import subprocess
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -29,30 +31,39 @@ def _git(*args: str, cwd: Path = ROOT) -> str:
 
 
 def render_at(ref: str, stack: str, observed_file: str | None) -> dict[str, Any]:
-    """Render the stack with the program and stack file as they are at `ref`, in a throwaway worktree."""
+    """Render the stack with the program and stack file as they are at `ref`, in a scratch folder."""
     try:
         commit = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     except ConfigError:
         raise ConfigError(f"--base {ref}: not a commit in this repository; use a branch, tag or commit") from None
     with tempfile.TemporaryDirectory(prefix="gpuctl-base-") as scratch:
         tree = Path(scratch) / "tree"
-        try:
-            _git("worktree", "add", "--detach", "--quiet", str(tree), commit)
-            if not stack_file_path(tree, stack).is_file():
-                return empty_plan(stack)
-            out = Path(scratch) / "plan"
-            command = [sys.executable, "-m", "gpuctl", "render", "--stack", stack, "--out", str(out), "--offline"]
-            if observed_file:
-                command += ["--observed-nodes", str(Path(observed_file).resolve())]
-            result = subprocess.run(command, cwd=tree, capture_output=True, text=True)
-            if result.returncode != 0:
-                reason = (result.stderr.strip().splitlines() or ["it failed"])[-1]
-                raise ConfigError(f"--base {ref}: the stack does not render there: {reason}")
-            return json.loads((out / "plan.json").read_text())
-        finally:  # also when interrupted while git was still adding it (then it is locked: force twice)
-            subprocess.run(["git", "worktree", "remove", "--force", "--force", str(tree)], cwd=ROOT,
-                           capture_output=True)
-            subprocess.run(["git", "worktree", "prune"], cwd=ROOT, capture_output=True)
+        _extract(commit, tree)
+        if not stack_file_path(tree, stack).is_file():
+            return empty_plan(stack)
+        out = Path(scratch) / "plan"
+        command = [sys.executable, "-m", "gpuctl", "render", "--stack", stack, "--out", str(out), "--offline"]
+        if observed_file:
+            command += ["--observed-nodes", str(Path(observed_file).resolve())]
+        result = subprocess.run(command, cwd=tree, capture_output=True, text=True)
+        if result.returncode != 0:
+            reason = (result.stderr.strip().splitlines() or ["it failed"])[-1]
+            raise ConfigError(f"--base {ref}: the stack does not render there: {reason}")
+        return json.loads((out / "plan.json").read_text())
+
+
+def _extract(commit: str, tree: Path) -> None:
+    """The tracked files at `commit`, written to `tree` by this process.
+
+    Not a git worktree: `git worktree add` leaves state in the repository and checks out in a child of its own,
+    which outlives it when an interrupted preview kills git, and keeps writing while the scratch folder is
+    removed. An archive read in one call and extracted here leaves nothing behind but the scratch folder.
+    """
+    archive = subprocess.run(["git", "archive", "--format=tar", commit], cwd=ROOT, capture_output=True)
+    if archive.returncode != 0:
+        raise ConfigError(f"git archive {commit}: {archive.stderr.decode(errors='replace').strip() or 'failed'}")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as files:
+        files.extractall(tree, filter="data")
 
 
 def base_kernels(plan: dict[str, Any]) -> list[KernelTarget]:

@@ -1,8 +1,9 @@
-"""gpuctl preview: the PR view, against a git ref rendered in a throwaway worktree."""
+"""gpuctl preview: the PR view, against a git ref rendered in a scratch folder."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -136,26 +137,40 @@ def test_unknown_base_ref_is_bad_input(repo):
                                     "use a branch, tag or commit"
 
 
-def test_a_terminated_preview_leaves_no_base_worktree_behind() -> None:
-    def base_worktrees() -> set[str]:
-        listing = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=ROOT, capture_output=True,
-                                 text=True).stdout
-        return {line for line in listing.splitlines() if "gpuctl-base-" in line}
+def _extracting(scratch: Path, pid: int) -> bool:
+    return bool(list(scratch.glob("gpuctl-base-*/tree/Pulumi.yaml")))
 
-    before = base_worktrees()
+
+def _rendering_the_base(scratch: Path, pid: int) -> bool:
+    try:  # the preview or its child may exit between the reads
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return any(b"render" in Path(f"/proc/{child}/cmdline").read_bytes() for child in children)
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="watches the preview's child through /proc")
+@pytest.mark.parametrize("phase", [_extracting, _rendering_the_base], ids=["extracting", "rendering-the-base"])
+def test_a_terminated_preview_leaves_nothing_behind(tmp_path, phase) -> None:
+    def worktrees() -> str:
+        return subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=ROOT, capture_output=True,
+                              text=True).stdout
+
+    before = worktrees()
     process = subprocess.Popen([sys.executable, "-m", "gpuctl", "preview", "--stack", "dev", "--base", "HEAD",
-                                "--offline"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                "--offline"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "TMPDIR": str(tmp_path)})
     deadline = time.monotonic() + 120
-    while not base_worktrees() - before and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    started = base_worktrees() - before
+    while not phase(tmp_path, process.pid) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    started = list(tmp_path.glob("gpuctl-base-*"))
     process.send_signal(signal.SIGTERM)
     process.communicate(timeout=60)
 
-    assert started, "the preview never created its base worktree"
+    assert started, "the preview was not stopped while it worked on the base revision"
     assert process.returncode == 128 + signal.SIGTERM
-    assert base_worktrees() == before
-    assert not any(Path(line.removeprefix("worktree ")).exists() for line in started)
+    assert list(tmp_path.iterdir()) == []
+    assert worktrees() == before
 
 
 def test_with_a_node_inventory_the_driver_no_node_runs_is_deleted(edit_prod, tmp_path):
