@@ -97,13 +97,40 @@ def check_out(out: Path) -> Path:
     target = out.resolve()
     if target.exists() and not target.is_dir():
         raise ConfigError(f"--out {out}: is a file, not a folder; {fix}")
-    if target.is_dir() and any(target.iterdir()) and not (target / MARKER).is_file():
-        raise ConfigError(f"--out {out}: holds files that no render wrote, refusing to replace them; {fix}")
+    if target.is_dir() and any(target.iterdir()):
+        if not (target / MARKER).is_file():
+            raise ConfigError(f"--out {out}: holds files that no render wrote, refusing to replace them; {fix}")
+        foreign = _not_rendered(target)
+        if foreign is not None:
+            raise ConfigError(f"--out {out}: holds {foreign}, which no render wrote, refusing to replace it; move it "
+                              f"out, or {fix}")
     parent = next((folder for folder in target.parents if folder.exists()), None)
     writable = parent is not None and os.access(parent, os.W_OK | os.X_OK)
     if not writable or (target.is_dir() and not os.access(target, os.W_OK)):
         raise ConfigError(f"--out {out}: not writable; {fix} in a writable place")
     return target
+
+
+MARKER_HEAD = "written by gpuctl render; the folder is replaced as a whole; it wrote these files:"
+
+
+def _not_rendered(render: Path) -> str | None:
+    """The first file or folder in an earlier render that the render did not write, if any.
+
+    The marker lists what the render wrote; the marker of an older gpuctl, without the list, vouches for
+    plan.json and manifests/*.yaml only.
+    """
+    lines = (render / MARKER).read_text(errors="replace").splitlines()
+    listed = set(lines[1:]) if lines[:1] == [MARKER_HEAD] else None
+    for path in sorted(render.rglob("*")):
+        name = path.relative_to(render).as_posix()
+        if name in (MARKER, "manifests") and not path.is_symlink():
+            continue
+        written = name in listed if listed is not None else (
+            name == "plan.json" or (name.startswith("manifests/") and name.count("/") == 1 and name.endswith(".yaml")))
+        if not written or path.is_symlink() or not path.is_file():
+            return name
+    return None
 
 
 def dump_yaml(manifest: dict[str, Any]) -> str:
@@ -136,12 +163,14 @@ def write_render(plan: dict[str, Any], out: Path) -> int:
         raise ConfigError(f"--out {out}: {error.strerror}; pass a folder in a writable place") from None
     retired = staging.with_name(staging.name + "-old")
     try:
-        (staging / MARKER).write_text("written by gpuctl render; the folder is replaced as a whole\n")
         (staging / "plan.json").write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
         (staging / "manifests").mkdir()
         objects = manifests(plan)
+        written = ["plan.json"]
         for manifest in objects:
-            (staging / "manifests" / manifest_filename(manifest)).write_text(dump_yaml(manifest))
+            written.append(f"manifests/{manifest_filename(manifest)}")
+            (staging / written[-1]).write_text(dump_yaml(manifest))
+        (staging / MARKER).write_text("\n".join([MARKER_HEAD, *written]) + "\n")
         if target.exists():
             target.rename(retired)
         staging.rename(target)

@@ -307,16 +307,41 @@ def test_out_refuses_a_folder_it_cannot_write(tmp_path) -> None:
 
 
 def test_rendering_again_replaces_an_earlier_render(tmp_path) -> None:
-    from gpuctl.render import MARKER, write_render
+    from gpuctl.render import write_render
+
+    out, fresh = tmp_path / "out", tmp_path / "fresh"
+    write_render(render_stack("prod").document, out)
+
+    write_render(render_stack("dev").document, out)
+
+    write_render(render_stack("dev").document, fresh)
+    assert snapshot(out) == snapshot(fresh), "nothing of the prod render is left"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh", "out"]
+
+
+# An older gpuctl's marker lists nothing: a YAML file in manifests/ looks like one it wrote, anything else does not.
+@pytest.mark.parametrize(("marker", "added", "reported"), [
+    ("listed", "notes.txt", "notes.txt"), ("listed", "manifests/my-extra.yaml", "manifests/my-extra.yaml"),
+    ("listed", "manifests/sub/x.yaml", "manifests/sub"), ("older gpuctl", "notes.txt", "notes.txt"),
+    ("older gpuctl", "manifests/sub/x.yaml", "manifests/sub")])
+def test_a_file_of_the_users_in_an_earlier_render_is_never_replaced(tmp_path, marker: str, added: str,
+                                                                    reported: str) -> None:
+    from gpuctl.render import MARKER
 
     out = tmp_path / "out"
-    write_render(render_stack("dev").document, out)
-    (out / "manifests" / "stale.yaml").write_text("kind: Stale\n")
+    assert finish(gpuctl("render", "--stack", "prod", "--offline", "--out", str(out))).returncode == 0
+    if marker == "older gpuctl":
+        (out / MARKER).write_text("written by gpuctl render; the folder is replaced as a whole\n")
+    (out / added).parent.mkdir(parents=True, exist_ok=True)
+    (out / added).write_text("mine\n")
+    before = snapshot(out)
 
-    write_render(render_stack("dev").document, out)
+    result = finish(gpuctl("render", "--stack", "dev", "--offline", "--out", str(out)))
 
-    assert (out / MARKER).is_file() and not (out / "manifests" / "stale.yaml").exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (f"error: --out {out}: holds {reported}, which no render wrote, refusing to replace it; "
+                             "move it out, or pass a new or empty folder, or one an earlier `gpuctl render` wrote\n")
+    assert snapshot(out) == before
 
 
 def test_an_interrupted_render_leaves_the_previous_render_intact(tmp_path, monkeypatch) -> None:
