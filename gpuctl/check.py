@@ -25,7 +25,7 @@ from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, UnknownValueError
 from rich.console import Console
 from rich.text import Text
 
-from gpuctl.cli import OK, VIOLATION, load_plan, read_json
+from gpuctl.cli import OK, VIOLATION, console, load_plan, read_json
 from gpuctl.runtime import UNKNOWN
 from policy.index import index
 from policy.rules import POLICIES, applies_to
@@ -186,7 +186,7 @@ def policy_resources(plan: Mapping[str, Any]) -> list[PolicyResource]:
 
 def check_plan(plan: Mapping[str, Any], config: Mapping[str, Any] | None = None) -> list[Violation]:
     """Run every enabled policy of the pack on a rendered plan, as the engine runs it on a preview."""
-    settings = policy_settings(config or {})
+    settings = policy_settings({} if config is None else config)
     resources = policy_resources(plan)
     names = {resource.urn: resource.name for resource in resources}
     violations: list[Violation] = []
@@ -257,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"stack": plan.get("stack"), "violations": [asdict(v) for v in violations],
                           **level_counts(violations)}, indent=2))
     else:
-        print_report(violations, len(plan["resources"]), Console(highlight=False))
+        print_report(violations, len(plan["resources"]), console(soft_wrap=False))
     return VIOLATION if has_mandatory(violations) else OK
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 from pathlib import Path
 from typing import Any
 
 import pydantic
+from rich.console import Console
 
 from gpuctl.stackfile import StackFile, load_stack_file, stack_file_path
 from stacks.config import PROJECT, ConfigError
@@ -137,17 +139,45 @@ def with_pull_secret(stack: StackFile, path: str | None) -> StackFile:
                      sorted({*stack.secret_keys, PULL_SECRET_KEY}))
 
 
+class _PipeConsole(Console):
+    """A closed pipe (`gpuctl diff ... | head`) ends gpuctl as it ends other tools (exit 141), where rich would
+    exit 1, the code for a policy violation."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
+def console(soft_wrap: bool = True) -> Console:
+    """Colour on a terminal, plain text in CI and pipes."""
+    return _PipeConsole(highlight=False, soft_wrap=soft_wrap)
+
+
 def read_json(path: Path, fix: str, label: str | None = None) -> Any:
     """A JSON file's content; a missing, unreadable or malformed file is one ConfigError line ending in `fix`."""
     where = label or str(path)
+
+    def constant(name: str) -> Any:
+        raise ConfigError(f"{where}: {name} is not a JSON number; {fix}")
+
+    def number(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: the number {text[:20]} is out of range; {fix}")
+        return value
+
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"), parse_constant=constant, parse_float=number)
     except FileNotFoundError:
         raise ConfigError(f"{where}: no such file; {fix}") from None
     except OSError as error:
         raise ConfigError(f"{where}: {error.strerror}; {fix}") from None
     except json.JSONDecodeError as error:
         raise ConfigError(f"{where}: not JSON ({error.msg} at line {error.lineno}); {fix}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where}: not UTF-8 text; {fix}") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: nested too deeply to read; {fix}") from None
 
 
 class _Shape(pydantic.BaseModel):

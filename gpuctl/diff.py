@@ -10,10 +10,9 @@ from typing import Any
 
 from deepdiff import DeepDiff
 from deepdiff.helper import NotPresent
-from rich.console import Console
 
 from components import labels
-from gpuctl.cli import OK, add_format_arguments, load_plan, observed_nodes, output_format_of
+from gpuctl.cli import OK, add_format_arguments, console, load_plan, observed_nodes, output_format_of
 from gpuctl.replacements import replace_reasons
 from stacks.config import ConfigError
 from fleet.catalog import NODE_OSES
@@ -241,18 +240,13 @@ def refuse_driver_removal(diff: PlanDiff, observed: list[ObservedNode]) -> None:
                 f"{target.kernel} ({target.os}), which nodes still run: {', '.join(sorted(nodes))}; {fix}")
 
 
-def console() -> Console:
-    """Colour on a terminal, plain text in CI and pipes."""
-    return Console(highlight=False, soft_wrap=True)
-
-
 def run(args: argparse.Namespace) -> int:
     from gpuctl import report, summary
 
     old, new = load_plan(args.old), load_plan(args.new)
     diff = diff_plans(old, new)
     refuse_driver_removal(diff, observed_nodes(args.observed_nodes) or [])
-    review = report.Review(new.get("stack", ""), None, diff,
+    review = report.Review(new.get("stack", ""), str(args.old), diff,
                            summary.summarize(old, new, diff, offline=args.observed_nodes is None))
     output_format = output_format_of(args)
     if output_format == "json":

@@ -14,8 +14,8 @@ from typing import Any
 
 from gpuctl import check, report, summary
 from gpuctl import diff as plan_diff
-from gpuctl.cli import (OK, ROOT, VIOLATION, add_format_arguments, add_stack_arguments, empty_plan, observed_nodes,
-                        output_format_of, stack_file)
+from gpuctl.cli import (OK, ROOT, VIOLATION, add_format_arguments, add_stack_arguments, console, empty_plan,
+                        observed_nodes, output_format_of, stack_file)
 from gpuctl.render import render_plan
 from gpuctl.stackfile import stack_file_path
 from fleet.kernels import KernelTarget
@@ -107,6 +107,9 @@ def preflight_images(plan: dict[str, Any], offline: bool) -> tuple[str, dict[str
 def run(args: argparse.Namespace) -> int:
     output_format = output_format_of(args)
     observed = observed_nodes(args.observed_nodes)
+    if args.base is not None and not args.base.strip():  # an unset CI variable: not "diff against nothing"
+        raise ConfigError("--base: empty; pass a branch, tag or commit, or leave --base out to preview a new "
+                          "deployment")
     old = render_at(args.base, args.stack, args.observed_nodes) if args.base else empty_plan(args.stack)
     new = render_plan(stack_file(args), observed, online=not args.offline, previous=base_kernels(old))
     checked, statuses, missing = preflight_images(new, args.offline)
@@ -123,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     elif output_format == "markdown":
         print(report.to_markdown(review), end="")
     else:
-        report.print_text(review, plan_diff.console())
+        report.print_text(review, console())
     if missing is not None:
         raise missing
     return outcome

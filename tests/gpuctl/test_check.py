@@ -183,12 +183,34 @@ def test_policy_config_knob_is_applied(rendered: dict[str, Path], tmp_path: Path
     ({"gpu-quota-within-capacity": {"maxOvercommit": "lots"}}, "gpu-quota-within-capacity.maxOvercommit"),
     ({"allowed-image-registries": {"allowedRegistry": ["quay.io"]}}, "'allowedRegistry' was unexpected"),
     (["no-latest-images"], "must be a JSON object"),
+    ([], "must be a JSON object"),  # empty, yet not "no config"
 ])
 def test_bad_policy_config_exits_2(rendered: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                    config: Any, complaint: str) -> None:
     assert main(["check", str(rendered["clean"]), "--policy-config", write_config(tmp_path, config)]) == 2
     error = capsys.readouterr().err
     assert error.startswith("error: policy config: ") and complaint in error
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_a_knob_that_is_not_a_finite_number_exits_2(rendered: dict[str, Path], tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str], number: str) -> None:
+    # NaN compares false with every bound: taken, it would pass any over-capacity stack.
+    config = tmp_path / "policy-config.json"
+    config.write_text('{"gpu-quota-within-capacity": {"maxOvercommit": %s}}' % number)
+    assert main(["check", str(rendered["over-capacity"]), "--policy-config", str(config)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and str(config) in error and number.lstrip("-")[:3] in error
+
+
+@pytest.mark.parametrize(("plan", "complaint"), [(b"\xff\xfe{}", "not UTF-8 text"),
+                                                 (b"[" * 100_000 + b"]" * 100_000, "nested too deeply")])
+def test_an_unreadable_plan_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], plan: bytes,
+                                    complaint: str) -> None:
+    (tmp_path / "plan.json").write_bytes(plan)
+    assert main(["check", str(tmp_path)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and complaint in error and "render one with" in error
 
 
 @pytest.mark.parametrize(("plan", "complaint"), [("{", "not JSON"), ("[]", "not a rendered plan"),

@@ -203,3 +203,21 @@ def test_a_malformed_plan_is_one_line_exit_2(tmp_path, resources: list, where: s
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.splitlines() == [result.stderr.strip()]
     assert f"not a rendered plan ({where})" in result.stderr
+
+
+def test_the_text_view_names_the_plan_it_compares_against(rendered_pair):
+    result = gpuctl("diff", str(rendered_pair / "old"), str(rendered_pair / "new"))
+    assert result.stdout.splitlines()[0] == f"Previewing stack prod against {rendered_pair / 'old'}:"
+
+
+def test_a_reader_that_stops_early_ends_diff_with_141_not_a_violation_code(rendered_pair):
+    # rich ends a program whose pipe closes with exit 1, which is gpuctl's code for a policy violation. The
+    # reader closes its end before gpuctl writes anything, as `gpuctl diff ... | head -c 0` would.
+    process = subprocess.Popen([sys.executable, "-m", "gpuctl", "diff", str(rendered_pair / "old"),
+                                str(rendered_pair / "new")], cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    process.stdout.close()
+    stderr = process.stderr.read()
+    process.wait(timeout=120)
+
+    assert process.returncode == 141 and b"Traceback" not in stderr

@@ -130,6 +130,15 @@ def test_a_stack_new_since_the_base_is_all_creates(repo):
     assert summary["create"] > 50 and summary["same"] == summary["delete"] == 0
 
 
+@pytest.mark.parametrize("base", ["", " "])
+def test_an_empty_base_is_bad_input_not_a_new_deployment(repo, base):
+    # `--base "$BASE_REF"` with the variable unset must not quietly preview everything as a create.
+    result = preview(repo, "--stack", "dev", "--base", base, "--offline")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == "error: --base: empty; pass a branch, tag or commit, or leave --base out to preview a " \
+                            "new deployment\n"
+
+
 def test_unknown_base_ref_is_bad_input(repo):
     result = preview(repo, "--stack", "dev", "--base", "no-such-branch", "--offline")
     assert result.returncode == 2
