@@ -114,7 +114,7 @@ def project_root(start: Path | None = None) -> Path:
 
 def stack_file(args: argparse.Namespace, root: Path | None = None) -> StackFile:
     if getattr(args, "config_file", None):
-        loaded = load_stack_file(Path(args.config_file), args.stack)
+        loaded = load_stack_file(Path(args.config_file), args.stack, config_file=True)
     else:
         loaded = load_stack_file(stack_file_path(root or project_root(), args.stack), args.stack)
     return with_pull_secret(loaded, getattr(args, "registry_pull_secret_file", None))

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
 import difflib
+import errno
+import math
 import re
-from collections.abc import Mapping
+import stat
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,16 +36,55 @@ class StackFile:
 
 
 class StrictLoader(yaml.SafeLoader):
-    """YAML as the Pulumi CLI (YAML 1.2) reads it: only true/false are booleans, and no key appears twice."""
+    """YAML as the Pulumi CLI reads it (Go yaml.v3, then its config round trip): only true/false are booleans,
+    numbers and dates follow yaml.v3, no key appears twice, and `<<` merges mappings."""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    def resolve(self, kind: type, value: str, implicit: tuple[bool, bool]) -> str:
+        if kind is yaml.ScalarNode and implicit[0]:
+            if go_timestamp(value):
+                return TIMESTAMP_TAG
+            number = go_number(value)
+            if number is not None:
+                return FLOAT_TAG if isinstance(number, float) else INT_TAG
+        return super().resolve(kind, value, implicit)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        number = go_number(self.construct_scalar(node))
+        if not isinstance(number, int):
+            raise yaml.constructor.ConstructorError(None, None, "expected an integer", node.start_mark)
+        return number
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> int | float:
+        number = go_number(self.construct_scalar(node))
+        if number is None:
+            raise yaml.constructor.ConstructorError(None, None, "expected a number", node.start_mark)
+        return round_tripped(float(number))
+
+    def construct_yaml_timestamp(self, node: yaml.ScalarNode) -> None:
+        raise UnquotedDate(self.construct_scalar(node), node.start_mark.line + 1)
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        """Refuse a key written twice, merge `<<` mappings in (written keys, then earlier merges, win), and keep one
+        entry per key so merges of merges stay as small as the mappings they build."""
         seen = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise DuplicateKey(key, key_node.start_mark.line + 1)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+            key = "<<" if key_node.tag == MERGE_TAG else self.construct_object(key_node)
+            if isinstance(key, Hashable):
+                if key in seen:
+                    raise DuplicateKey(key, key_node.start_mark.line + 1)
+                seen.add(key)
+        super().flatten_mapping(node)
+        position: dict[Any, int] = {}  # a key keeps its first place and takes its last value, as a dict would
+        pairs: list[tuple[yaml.Node, yaml.Node]] = []
+        for key_node, value_node in node.value:
+            key = self.construct_object(key_node)
+            if isinstance(key, Hashable) and key in position:
+                pairs[position[key]] = (pairs[position[key]][0], value_node)
+                continue
+            if isinstance(key, Hashable):
+                position[key] = len(pairs)
+            pairs.append((key_node, value_node))
+        node.value = pairs
 
 
 class DuplicateKey(Exception):
@@ -50,21 +93,122 @@ class DuplicateKey(Exception):
         self.key, self.line = key, line
 
 
+class UnquotedDate(Exception):
+    def __init__(self, text: str, line: int):
+        super().__init__(text, line)
+        self.text, self.line = text, line
+
+
+class Cycle(Exception):
+    """An alias inside the value its anchor names."""
+
+
+INT_TAG, FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+TIMESTAMP_TAG, MERGE_TAG = "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:merge"
+
+# yaml.v3 resolves null and `<<` as PyYAML does; booleans, numbers and dates StrictLoader resolves itself. Tags whose
+# PyYAML values are no JSON (!!binary, !!set, !!omap, !!pairs) are refused: one line, not a traceback at render.
 StrictLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag in ("tag:yaml.org,2002:null", MERGE_TAG)]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 StrictLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
                                    list("tTfF"))
+StrictLoader.yaml_constructors = {
+    tag: construct for tag, construct in yaml.SafeLoader.yaml_constructors.items()
+    if tag not in {f"tag:yaml.org,2002:{name}" for name in ("binary", "set", "omap", "pairs")}}
+StrictLoader.add_constructor(INT_TAG, StrictLoader.construct_yaml_int)
+StrictLoader.add_constructor(FLOAT_TAG, StrictLoader.construct_yaml_float)
+StrictLoader.add_constructor(TIMESTAMP_TAG, StrictLoader.construct_yaml_timestamp)
+
+# Go yaml.v3 (resolve.go): Go integer syntax with `_` dropped (0x, 0o, 0b and 1.1-style 010 octal), int64 or
+# uint64; then this float syntax; a text starting with "." is a float if Go parses it. Base 60 (1:30) is text.
+GO_INT = re.compile(r"(?P<sign>[-+]?)(?:0[xX](?P<hex>[0-9a-fA-F]+)|0[oO](?P<oct>[0-7]+)|0[bB](?P<bin>[01]+)"
+                    r"|(?P<octal>0[0-7]*)|(?P<dec>[1-9][0-9]*))")
+GO_FLOAT = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
+GO_SPECIAL_FLOATS = {**{text: math.nan for text in (".nan", ".NaN", ".NAN")},
+                     **{sign + inf: (-math.inf if sign == "-" else math.inf)
+                        for sign in ("", "+", "-") for inf in (".inf", ".Inf", ".INF")}}
+# yaml.v3 parseTimestamp: these layouts, read by Go's time.Parse (one- or two-digit fields, checked ranges).
+GO_TIMESTAMP = re.compile(r"(?P<year>[0-9]{4})-(?P<month>[0-9]{1,2})-(?P<day>[0-9]{1,2})"
+                          r"(?:[Tt](?P<t>[0-9]{1,2}:[0-9]{1,2}:[0-9]{1,2})(?:[.,][0-9]+)?(?:Z|[-+][0-9]{2}:[0-9]{2})"
+                          r"| (?P<space>[0-9]{1,2}:[0-9]{1,2}:[0-9]{1,2})(?:[.,][0-9]+)?)?")
+
+
+def go_number(text: str) -> int | float | None:
+    """The number Go yaml.v3 reads from a plain scalar, or None where it reads text."""
+    if text in GO_SPECIAL_FLOATS:
+        return GO_SPECIAL_FLOATS[text]
+    if text[:1] not in tuple("+-.0123456789"):
+        return None
+    plain = text if text.startswith(".") else text.replace("_", "")
+    match = GO_INT.fullmatch(plain)
+    if match:
+        digits, base = next((match[name], base) for name, base in (("hex", 16), ("oct", 8), ("bin", 2),
+                                                                     ("octal", 8), ("dec", 10)) if match[name])
+        number = -int(digits, base) if match["sign"] == "-" else int(digits, base)
+        if -2 ** 63 <= number < 2 ** 63 or (not match["sign"] and number < 2 ** 64):
+            return number
+    if GO_FLOAT.fullmatch(plain) and not math.isinf(float(plain)):
+        return float(plain)
+    return None
+
+
+def round_tripped(number: float) -> int | float:
+    """The CLI writes the stack back out and reads it again: a whole float under 1e6 prints as "%g" digits
+    ("2", not "2.0"), which it then reads as an int."""
+    return int(number) if number.is_integer() and abs(number) < 1e6 else number
+
+
+def go_timestamp(text: str) -> bool:
+    """Whether Go yaml.v3 reads this plain scalar as a date (the CLI then passes on a different text)."""
+    match = GO_TIMESTAMP.fullmatch(text)
+    if not match:
+        return False
+    hour, minute, second = (int(part) for part in (match["t"] or match["space"] or "0:0:0").split(":"))
+    try:
+        datetime.datetime(int(match["year"]), int(match["month"]), int(match["day"]), hour, minute, second)
+    except ValueError:
+        return False
+    return True
+
+
+# Aliases load as shared values, but the engine writes every value out: a few lines of anchors can stand for
+# billions of values. yaml.v3 refuses excessive aliasing too.
+MAX_EXPANDED_VALUES = 1_000_000
+
+
+def expanded_size(document: Any) -> int:
+    """How many values the document holds with every alias written out, each container visited once."""
+    sizes: dict[int, int] = {}
+    children: dict[int, list[Any]] = {}  # of the containers being counted: the path from the document down
+    pending = [document]
+    while pending:
+        value = pending[-1]
+        if not isinstance(value, (dict, list)) or id(value) in sizes:
+            pending.pop()
+        elif id(value) not in children:
+            children[id(value)] = list(value.values() if isinstance(value, dict) else value)
+            for child in children[id(value)]:
+                if id(child) in children:
+                    raise Cycle()
+                if isinstance(child, (dict, list)) and id(child) not in sizes:
+                    pending.append(child)
+        else:
+            pending.pop()
+            sizes[id(value)] = 1 + sum(sizes.get(id(child), 1) for child in children.pop(id(value)))
+    return sizes.get(id(document), 1)
 
 
 def stack_file_path(root: Path, stack: str) -> Path:
     return root / f"Pulumi.{stack}.yaml"
 
 
-def load_stack_file(path: Path, stack: str | None = None) -> StackFile:
-    """Load `Pulumi.<stack>.yaml` (or any file of that shape); raise ConfigError with a one-line reason."""
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such stack file; create it or pass --config-file")
+def load_stack_file(path: Path, stack: str | None = None, *, config_file: bool = False) -> StackFile:
+    """Load `Pulumi.<stack>.yaml` (or any file of that shape); raise ConfigError with a one-line reason.
+
+    `config_file`: the path came from --config-file, so errors name that option.
+    """
+    check_is_stack_file(path, config_file)
     try:
         document = yaml.load(path.read_bytes().decode("utf-8"), Loader=StrictLoader) or {}
     except UnicodeDecodeError as error:
@@ -73,14 +217,45 @@ def load_stack_file(path: Path, stack: str | None = None) -> StackFile:
         raise ConfigError(f"{path}: {error.strerror}; make the stack file readable") from None
     except DuplicateKey as error:
         raise ConfigError(f"{path}: line {error.line}: key {error.key!r} appears twice; keep one of them") from None
+    except UnquotedDate as error:
+        raise ConfigError(f"{path}: line {error.line}: the Pulumi CLI reads {error.text} as a date and passes on "
+                          f"another text; quote it: \"{error.text}\"") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: values nest too deeply to read; write the document with fewer levels") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise ConfigError(f"{path}:{where} is not valid YAML; fix the indentation or quoting there") from None
+    try:
+        too_large = expanded_size(document) > MAX_EXPANDED_VALUES
+    except Cycle:
+        raise ConfigError(f"{path}: an alias (*name) stands inside the value its anchor names; "
+                          "write the values out") from None
+    if too_large:
+        raise ConfigError(f"{path}: anchors/aliases expand to more than {MAX_EXPANDED_VALUES:,} values; "
+                          "write the values out")
     if not isinstance(document, dict) or not isinstance(document.get("config", {}), dict):
         raise ConfigError(f"{path}: expected a mapping with a 'config:' mapping, as `pulumi config set` writes")
     name = stack or path.name.removeprefix("Pulumi.").removesuffix(".yaml").removesuffix(".yml")
     return stack_file_from_config(name, document.get("config") or {})
+
+
+def check_is_stack_file(path: Path, config_file: bool) -> None:
+    """A regular file at `path`, or a ConfigError naming --config-file when the path came from it."""
+    where = f"--config-file {path}" if config_file else str(path)
+    fix = "pass the Pulumi.<stack>.yaml file" if config_file else "put the stack file there or pass --config-file"
+    try:
+        mode = path.stat().st_mode
+    except OSError as error:
+        if error.errno not in (errno.ENOENT, errno.ENOTDIR):
+            raise ConfigError(f"{where}: {error.strerror}; make the stack file readable") from None
+        if config_file:
+            raise ConfigError(f"{where}: no such file; {fix}") from None
+        raise ConfigError(f"{where}: no such stack file; create it or pass --config-file") from None
+    if stat.S_ISDIR(mode):
+        raise ConfigError(f"{where}: is a folder, not a stack file; {fix}")
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"{where}: is not a regular file; {fix}")
 
 
 def stack_file_from_config(stack: str, values: Mapping[str, Any]) -> StackFile:
@@ -96,6 +271,10 @@ def stack_file_from_config(stack: str, values: Mapping[str, Any]) -> StackFile:
                 f"use one of {', '.join(NAMESPACES)}")
             raise ConfigError(f"{full_key}: unknown config namespace {namespace!r}; {hint}")
         if isinstance(value, dict) and set(value) == {"secure"}:
+            if not isinstance(value["secure"], str) or not value["secure"].strip():
+                short_key = full_key.removeprefix(f"{PROJECT}:")
+                raise ConfigError(f"{full_key}: secure: must be the ciphertext `pulumi config set --secret` writes; "
+                                  f"re-run `pulumi config set --secret {short_key}`")
             value = ENCRYPTED_SHAPES.get(full_key, ENCRYPTED)
             secret_keys.append(full_key)
         config[full_key] = value
