@@ -57,9 +57,13 @@ class NodeOs:
     kernel_example: str
     openshift: bool
 
+    def is_kernel(self, kernel: str) -> bool:
+        """Whether `kernel`, whole (no trailing newline), is a kernel release (uname -r) of this OS."""
+        return self.kernel_pattern.fullmatch(kernel) is not None
 
-_UBUNTU_KERNEL = re.compile(r"^\d+\.\d+\.\d+-\d+-(aws|generic|nvidia)$")
-_EL9_KERNEL = re.compile(r"^\d+\.\d+\.\d+-\d+(\.\d+)*\.el9(_\d+)?\.(x86_64|aarch64)$")
+
+_UBUNTU_KERNEL = re.compile(r"\d+\.\d+\.\d+-\d+-(aws|generic|nvidia)")
+_EL9_KERNEL = re.compile(r"\d+\.\d+\.\d+-\d+(\.\d+)*\.el9(_\d+)?\.(x86_64|aarch64)")
 
 NODE_OSES: dict[str, NodeOs] = {
     "ubuntu22.04": NodeOs("ubuntu22.04", "ubuntu", "22.04", _UBUNTU_KERNEL, "6.8.0-1021-aws", False),

@@ -38,8 +38,8 @@ _NAMESPACED_NAMES = ("kernel.sem",)
 _NAMESPACED_PREFIXES = ("kernel.shm", "kernel.msg", "fs.mqueue.", "net.")
 # A sysctl name as sysctl(8) writes it (dots; `/` also separates on the command line, never here); a trailing
 # `*` is a kubelet pattern (allowedUnsafeSysctls accepts `prefix*`).
-_NAME = re.compile(r"^[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)+$")
-_PATTERN = re.compile(r"^[a-z][a-z0-9_-]*(\.[a-z0-9_-]*)*\*$")
+_NAME = re.compile(r"[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)+")
+_PATTERN = re.compile(r"[a-z][a-z0-9_-]*(\.[a-z0-9_-]*)*\*")
 
 
 def safe_sysctls(kubernetes_version: str) -> frozenset[str]:
@@ -50,7 +50,7 @@ def safe_sysctls(kubernetes_version: str) -> frozenset[str]:
 
 def is_name(name: str) -> bool:
     """Whether `name` is a sysctl name (dotted, lowercase) or, with a trailing `*`, a kubelet pattern."""
-    return bool(_NAME.match(name) or _PATTERN.match(name))
+    return bool(_NAME.fullmatch(name) or _PATTERN.fullmatch(name))
 
 
 def classify(name: str, kubernetes_version: str) -> SysctlClass:

@@ -6,11 +6,14 @@ import difflib
 import ipaddress
 import json
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import pulumi
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, StrictBool, ValidationError, model_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, SecretStr, Strict,
+                      StrictBool, ValidationError, model_validator)
 from pydantic.alias_generators import to_camel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
 
 from components import labels
 from fleet.catalog import (HUGEPAGE_SIZES_MIB, INSTANCE_TYPES, KUBERNETES_OSES, MAX_HUGEPAGES_SHARE, NODE_OSES,
@@ -22,8 +25,11 @@ from fleet.kernels import DriverRelease, KernelTarget
 PROJECT = "gpu-platform"
 # From 1.30: tenant pods are fenced by a ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in 1.30).
 SUPPORTED_KUBERNETES_VERSIONS = tuple(f"1.{minor}" for minor in range(30, 38))
-RESERVED_NAMESPACES = re.compile(r"^(default|kube-.*|openshift.*|gpu-system|node-feature-discovery)$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# Namespaces of the cluster itself and of the operators the platform installs (either flavor's); tenants take none.
+RESERVED_NAMESPACES = re.compile("|".join(["default", "kube-.*", "openshift.*", "gpu-system",
+                                           *map(re.escape, labels.SYSTEM_NAMESPACES)]))
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+MAX_LABEL_VALUE = 63  # characters of a Kubernetes label value
 
 
 # Sane upper bounds: far above any real pool or quota, low enough to catch a stray digit.
@@ -37,9 +43,18 @@ class ConfigError(ValueError):
     """A stack configuration mistake, already phrased as one line naming the field and the fix."""
 
 
+def _whole(value: Any) -> Any:
+    """A whole float as the integer it is: the Pulumi CLI reads an integer past int64 (a stray digit) as 1e+30."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# Integers as YAML writes them: never `true` (1), "2" nor 1.5.
+Int = Annotated[int, Strict(), BeforeValidator(_whole)]
+
+
 def _dns_label(max_length: int):
     def check(value: str) -> str:
-        if len(value) > max_length or not _DNS_LABEL.match(value):
+        if len(value) > max_length or not _DNS_LABEL.fullmatch(value):
             raise ValueError(
                 f"{value!r} must be a DNS-1123 label: lowercase letters, digits and '-', "
                 f"starting and ending with a letter or digit, at most {max_length} characters"
@@ -47,6 +62,28 @@ def _dns_label(max_length: int):
         return value
 
     return AfterValidator(check)
+
+
+def _tenant_namespace(name: str) -> str:
+    if RESERVED_NAMESPACES.fullmatch(name):
+        raise ValueError(f"{name!r} is a system namespace (default, kube-*, openshift*, or an operator's: "
+                         f"{', '.join(labels.SYSTEM_NAMESPACES)}); choose a team name")
+    return name
+
+
+def _check_kernel(kernel: str, os_name: str, kind: str) -> None:
+    """A kernel release of the OS, short enough to be NFD's kernel label value that drivers select nodes by."""
+    if len(kernel) > MAX_LABEL_VALUE:
+        raise ValueError(f"kernel {kernel!r} is {len(kernel)} characters long, over the {MAX_LABEL_VALUE} of a label "
+                         f"value ({labels.KERNEL_LABEL}), so no node could match it; write the node's uname -r")
+    node_os = NODE_OSES[os_name]
+    if not node_os.is_kernel(kernel):
+        raise ValueError(f"kernel {kernel!r} is not {kind} kernel release (uname -r), e.g. {node_os.kernel_example!r}")
+
+
+def _field_error(loc: tuple[str | int, ...], message: str) -> PydanticCustomError:
+    """A mistake a model's validator finds in one of its fields, reported at that field (`loc`, from the model)."""
+    return PydanticCustomError("field_error", "{message}", {"message": message, "loc": loc})
 
 
 class StrictModel(BaseModel):
@@ -64,7 +101,7 @@ class DiscoveryConfig(StrictModel):
     enabled: bool = True
     kubeconfig: str | None = None
     context: str | None = None
-    timeout_seconds: float = Field(default=10.0, gt=0, le=120)
+    timeout_seconds: Annotated[float, Strict()] = Field(default=10.0, gt=0, le=120)
 
 
 class ClusterConfig(StrictModel):
@@ -78,14 +115,16 @@ class ClusterConfig(StrictModel):
     nfd_operator_csv: str | None = Field(default=None, pattern=r"^nfd\.4\.\d+\.\d+-\d{12}$",
                                          description="OpenShift: the NFD operator CSV to pin (default per release)")
     region: str = Field(default="us-east-1", pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
-    infrastructure_id: str | None = Field(default=None, description="OpenShift infrastructure name (MachineSet prefix)")
+    infrastructure_id: Annotated[str, _dns_label(MAX_LABEL_VALUE)] | None = Field(
+        default=None, description="OpenShift infrastructure name (MachineSet prefix, and its machines' label value)")
     kubeconfig: str | None = Field(default=None, min_length=1,
                                    description="kubeconfig path of the provider and discovery; default $KUBECONFIG "
                                                "or ~/.kube/config")
     context: str | None = Field(default=None, min_length=1, description="its context; default its current context")
     subnet_ids: tuple[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")], ...] = ()
     security_group_ids: tuple[Annotated[str, Field(pattern=r"^sg-[0-9a-f]{8,17}$")], ...] = ()
-    instance_profile: str | None = None
+    instance_profile: str | None = Field(default=None, pattern=r"^[\w+=,.@-]{1,128}$",
+                                         description="Kubernetes: IAM instance profile name of the nodes")
     node_termination_handler_role: str | None = Field(
         default=None, pattern=r"^[\w+=,.@-]{1,64}$",
         description="Kubernetes: IAM role of the nodes the node termination handler runs on; gets its policy")
@@ -149,10 +188,7 @@ class ClusterConfig(StrictModel):
         if self.minor not in OPENSHIFT_KUBERNETES:
             raise ValueError(f"release {self.release!r} is not supported; use OpenShift "
                              f"{', '.join(OPENSHIFT_KUBERNETES)}")
-        node_os = NODE_OSES[self.node_os]
-        if not node_os.kernel_pattern.match(self.kernel):
-            raise ValueError(f"kernel {self.kernel!r} is not an RHCOS kernel release (uname -r), "
-                             f"e.g. {node_os.kernel_example!r}")
+        _check_kernel(self.kernel, self.node_os, "an RHCOS")
         if self.nfd_operator_csv is None and self.minor not in labels.NFD_OLM_CSVS:
             raise ValueError(f"nfdOperatorCsv is required for OpenShift {self.minor}: the NFD operator version to pin, "
                              "as `oc get packagemanifest nfd -n openshift-marketplace -o jsonpath="
@@ -188,6 +224,15 @@ class ClusterConfig(StrictModel):
 _CPUSET = r"^\d{1,3}(-\d{1,3})?(,\d{1,3}(-\d{1,3})?)*$"
 
 
+def _nodes_or_share(value: Any) -> int | str:
+    """A number of nodes (at least 1) or a percentage of them ("10%")."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if isinstance(value, str) and re.fullmatch(r"[1-9]\d?%|100%", value):
+        return value
+    raise ValueError(f"{_shown(value)} is not a number of nodes (at least 1) nor a percentage; write e.g. 1 or \"10%\"")
+
+
 class NodeProfileConfig(StrictModel):
     """How a pool's nodes are tuned: CPU and topology managers, reserved CPUs, hugepages, sysctls."""
 
@@ -195,17 +240,15 @@ class NodeProfileConfig(StrictModel):
     topology_manager_policy: Literal["none", "best-effort", "restricted", "single-numa-node"] = "single-numa-node"
     topology_manager_scope: Literal["container", "pod"] = "pod"
     reserved_cpus: str = Field(pattern=_CPUSET, description="CPUs for the OS and the kubelet, as a cpuset list")
-    hugepages: dict[Literal["2Mi", "1Gi"], Annotated[int, Field(ge=1, le=1_000_000)]] = {}
+    hugepages: dict[Literal["2Mi", "1Gi"], Annotated[Int, Field(ge=1, le=1_000_000)]] = {}
     pod_sysctls: tuple[str, ...] = Field(default=(), description="sysctls pods may set (safe or namespaced)")
     node_sysctls: dict[str, Annotated[str, Field(min_length=1, pattern=r"^[^\n\r=]+$")]] = Field(
         default={}, description="node-level sysctls and their values")
-    max_unavailable: int | Annotated[str, Field(pattern=r"^([1-9]\d?%|100%)$")] = Field(
+    max_unavailable: Annotated[int | str, PlainValidator(_nodes_or_share)] = Field(
         default=1, description="OpenShift: nodes the Machine Config Operator reboots at once")
 
     @model_validator(mode="after")
     def _check(self) -> NodeProfileConfig:
-        if isinstance(self.max_unavailable, int) and self.max_unavailable < 1:
-            raise ValueError("maxUnavailable must be at least 1 (or a percentage like \"10%\")")
         if self.cpu_manager_policy == "none" and self.topology_manager_policy != "none":
             raise ValueError("topologyManagerPolicy needs cpuManagerPolicy static to align CPUs with GPUs; "
                              "set cpuManagerPolicy: static or topologyManagerPolicy: none")
@@ -258,13 +301,13 @@ class RollConfig(StrictModel):
     `drainTimeoutSeconds` (its heartbeat timeout, at most 7200 s) while the node termination handler drains it.
     """
 
-    min_healthy_percentage: int = Field(default=90, ge=0, le=100, description="capacity kept in service")
-    max_healthy_percentage: int = Field(default=100, ge=100, le=200, description="over 100: launch before terminate")
-    checkpoints: tuple[Annotated[int, Field(ge=1, le=100)], ...] = Field(
+    min_healthy_percentage: Int = Field(default=90, ge=0, le=100, description="capacity kept in service")
+    max_healthy_percentage: Int = Field(default=100, ge=100, le=200, description="over 100: launch before terminate")
+    checkpoints: tuple[Annotated[Int, Field(ge=1, le=100)], ...] = Field(
         default=(25, 50, 100), min_length=1, description="percentages replaced before each pause; ends at 100")
-    checkpoint_delay_seconds: int = Field(default=600, ge=0, le=172_800, description="pause at each checkpoint")
-    instance_warmup_seconds: int = Field(default=300, ge=0, le=3600, description="a new node's time to become ready")
-    drain_timeout_seconds: int = Field(default=1800, ge=60, le=7200, description="longest a node's drain may take")
+    checkpoint_delay_seconds: Int = Field(default=600, ge=0, le=172_800, description="pause at each checkpoint")
+    instance_warmup_seconds: Int = Field(default=300, ge=0, le=3600, description="a new node's time to become ready")
+    drain_timeout_seconds: Int = Field(default=1800, ge=60, le=7200, description="longest a node's drain may take")
     auto_rollback: bool = Field(default=False, description="AWS rolls back to the previous template if it fails")
 
     @model_validator(mode="after")
@@ -284,14 +327,15 @@ class NodePoolConfig(StrictModel):
 
     name: Annotated[str, _dns_label(30)]
     instance_type: str
-    replicas: int = Field(ge=0, le=MAX_POOL_NODES)
-    min_replicas: int = Field(default=0, ge=0, le=MAX_POOL_NODES)
-    max_replicas: int | None = Field(default=None, ge=0, le=MAX_POOL_NODES)
+    replicas: Int = Field(ge=0, le=MAX_POOL_NODES)
+    min_replicas: Int = Field(default=0, ge=0, le=MAX_POOL_NODES)
+    max_replicas: Int | None = Field(default=None, ge=0, le=MAX_POOL_NODES)
     os: str | None = None
     kernel: str | None = None
     image: str = Field(pattern=r"^ami-[0-9a-f]{8,17}$")
-    availability_zone: str | None = None
-    root_volume_gib: int = Field(default=200, ge=50, le=16384)
+    availability_zone: str | None = Field(default=None, pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d([a-z]|(-[a-z0-9]+)+)$",
+                                          description="OpenShift: the zone of the pool's machines, e.g. us-east-1a")
+    root_volume_gib: Int = Field(default=200, ge=50, le=16384)
     profile: NodeProfileConfig | None = Field(default=None, description="node tuning; none: the image's defaults")
     fabric: Literal["efa"] | None = Field(default=None, description="Kubernetes: EFA interfaces for collectives")
     subnet_id: str | None = Field(default=None, pattern=r"^subnet-[0-9a-f]{8,17}$",
@@ -315,9 +359,8 @@ class NodePoolConfig(StrictModel):
                                  f"{', '.join(KUBERNETES_OSES)}")
             if node_os is None:
                 raise ValueError(f"os {self.os!r} is not supported; use one of {', '.join(KUBERNETES_OSES)}")
-            if self.kernel is not None and not node_os.kernel_pattern.match(self.kernel):
-                raise ValueError(f"kernel {self.kernel!r} is not a {self.os} kernel release (uname -r), "
-                                 f"e.g. {node_os.kernel_example!r}")
+            if self.kernel is not None:
+                _check_kernel(self.kernel, self.os, f"a {self.os}")
         if self.max_replicas is not None and not self.min_replicas <= self.replicas <= self.max_replicas:
             raise ValueError("replicas must lie within minReplicas..maxReplicas")
         if self.min_replicas > self.replicas:
@@ -364,7 +407,7 @@ class DriverConfig(StrictModel):
     repository: str = Field(default=labels.NVIDIA_REGISTRY, pattern=r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)*$")
     precompiled: bool | None = Field(default=None, description="precompiled images (default on Kubernetes); else "
                                                                "built on the node (OpenShift: Driver Toolkit)")
-    max_parallel_upgrades: int = Field(default=1, ge=1, le=100)
+    max_parallel_upgrades: Int = Field(default=1, ge=1, le=100)
     max_unavailable: str = Field(default="25%", pattern=r"^([1-9]\d{0,3}|[1-9]\d?%|100%)$")
     drain: bool = Field(default=False, description="drain every pod off a node, not only GPU pods, before its "
                                                    "driver is reloaded")
@@ -417,7 +460,7 @@ class TenantNetworkConfig(StrictModel):
     mode: Literal["bridge", "private", "vepa", "passthru"] = "bridge"
     resource_name: str | None = Field(default=None, pattern=r"^[a-z0-9.-]+/[A-Za-z0-9_.-]+$",
                                       description="sriov: the device plugin resource of the VFs")
-    vlan: int | None = Field(default=None, ge=0, le=4094)
+    vlan: Int | None = Field(default=None, ge=0, le=4094)
     ipam: IpamConfig
 
     @model_validator(mode="after")
@@ -434,20 +477,18 @@ class TenantNetworkConfig(StrictModel):
 class TenantConfig(StrictModel):
     """A team with its own namespace and a GPU quota."""
 
-    name: Annotated[str, _dns_label(50)]
-    gpus: int = Field(ge=0, le=MAX_TENANT_GPUS)
+    name: Annotated[str, _dns_label(50), AfterValidator(_tenant_namespace)]
+    gpus: Int = Field(ge=0, le=MAX_TENANT_GPUS)
     priority_class: Literal["gpu-high", "gpu-low"] = labels.LOW_PRIORITY_CLASS
     group: str | None = Field(default=None, min_length=1)
     retired: StrictBool = Field(default=False, description="unprotect the namespace so a later change may remove it")
     cpu: str = Field(default="64", pattern=_CPU, description="quota on the sum of CPU requests")
     memory: str = Field(default="256Gi", pattern=_MEMORY, description="quota on the sum of memory requests")
-    pods: int = Field(default=200, ge=1, le=10_000)
+    pods: Int = Field(default=200, ge=1, le=10_000)
     networks: tuple[TenantNetworkConfig, ...] = Field(default=(), description="secondary networks (Multus)")
 
     @model_validator(mode="after")
     def _check(self) -> TenantConfig:
-        if RESERVED_NAMESPACES.match(self.name):
-            raise ValueError(f"name {self.name!r} is a system namespace; choose a team name")
         names = [network.name for network in self.networks]
         if len(set(names)) != len(names):
             raise ValueError("networks: each network name may appear once")
@@ -461,7 +502,7 @@ class TenantConfig(StrictModel):
 class DevicePluginConfig(StrictModel):
     """Device plugin options."""
 
-    time_slicing_replicas: int | None = Field(default=None, ge=2, le=64)
+    time_slicing_replicas: Int | None = Field(default=None, ge=2, le=64)
 
 
 def _image():
@@ -552,11 +593,16 @@ class StackConfig(StrictModel):
                 raise ValueError(f"nodePools: pool {pool.name!r} needs os and kernel: the OS and kernel its image "
                                  f"boots; set {missing}")
             self._check_tuning(pool)
-            if openshift and len(name := pool.machine_set_name(self.cluster)) > 63:
+            if openshift and len(name := pool.machine_set_name(self.cluster)) > MAX_LABEL_VALUE:
                 raise ValueError(
                     f"nodePools: pool {pool.name!r} makes the MachineSet name {name!r} {len(name)} characters long, "
-                    "over the 63 of a label value; shorten the pool name"
+                    f"over the {MAX_LABEL_VALUE} of a label value; shorten the pool name"
                 )
+        for index, tenant in enumerate(self.tenants):
+            if tenant.name in self.cluster.scrapers:
+                raise _field_error(("tenants", index, "name"), (
+                    f"{tenant.name!r} is a monitoring namespace (cluster.monitoringNamespaces: its Prometheus may "
+                    "scrape every tenant); choose another team name"))
         if self.images.nfd and "@" in self.images.nfd:
             raise ValueError("images.nfd: the NFD chart takes a tag, not a digest; use registry/repository:tag")
         if self.images.nfd and openshift:
@@ -633,35 +679,86 @@ def _dotted(loc: tuple[Any, ...]) -> str:
     return path
 
 
+def _shown(value: Any) -> str:
+    """A value as a stack file writes it: null, true and false as YAML spells them, anything else quoted."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    return repr(value)
+
+
+def _model_in(annotation: Any) -> type[StrictModel] | None:
+    """The config model an annotation holds, itself or as the items of a tuple (`tuple[TenantConfig, ...] | None`)."""
+    if isinstance(annotation, type) and issubclass(annotation, StrictModel):
+        return annotation
+    return next((model for arg in get_args(annotation) if (model := _model_in(arg)) is not None), None)
+
+
+def _field_at(loc: tuple[Any, ...]) -> FieldInfo | None:
+    """The config field an error location names (list indexes step into the items); None past a mapping's keys."""
+    model, field = StackConfig, None
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        fields = {info.alias or name: info for name, info in model.model_fields.items()} if model else {}
+        if (field := fields.get(part)) is None:
+            return None
+        model = _model_in(field.annotation)
+    return field
+
+
+def _shape(loc: tuple[Any, ...]) -> str:
+    """The keys an entry at `loc` (or each item of a list there) needs, as " {name, gpus}"; empty if not a mapping."""
+    field = _field_at(loc)
+    model = _model_in(field.annotation) if field else None
+    if model is None:
+        return ""
+    return " {" + ", ".join(info.alias or name for name, info in model.model_fields.items() if info.is_required()) + "}"
+
+
 def _describe(error: ValidationError) -> str:
     """One line for the most useful error: a misspelt key first (it explains a missing one), then the rest."""
     errors = sorted(error.errors(), key=lambda item: item["type"] != "extra_forbidden")
     first = errors[0]
     message = first["msg"].removeprefix("Value error, ")
-    if first["loc"] and first["loc"][0] in SECRET_KEYS:
+    loc, kind, shown = first["loc"], first["type"], _shown(first["input"])
+    if loc and loc[0] in SECRET_KEYS:
         # A credential: say what is wrong without showing any of it.
-        fix = message if first["type"] == "value_error" else "must be the text of a .dockerconfigjson document"
-        return f"{PROJECT}:{first['loc'][0]}: {fix}"
-    if first["type"] == "extra_forbidden":
-        missing = [item["loc"][-1] for item in errors
-                   if item["type"] == "missing" and item["loc"][:-1] == first["loc"][:-1]]
-        close = difflib.get_close_matches(str(first["loc"][-1]), [str(name) for name in missing], n=1)
+        fix = message if kind == "value_error" else "must be the text of a .dockerconfigjson document"
+        return f"{PROJECT}:{loc[0]}: {fix}"
+    if kind == "field_error":
+        loc = (*loc, *first["ctx"]["loc"])
+    elif kind == "extra_forbidden":
+        missing = [item["loc"][-1] for item in errors if item["type"] == "missing" and item["loc"][:-1] == loc[:-1]]
+        close = difflib.get_close_matches(str(loc[-1]), [str(name) for name in missing], n=1)
         message = f"unknown key; did you mean {close[0]!r}?" if close else "unknown key; remove it or check its spelling"
-    elif first["type"] == "missing":
+    elif kind == "missing":
         message = "is required"
-    elif first["type"] == "string_type":
-        message = f"must be text, not {first['input']!r}; quote it in the stack file"
-    elif first["type"] in ("int_parsing", "int_type", "int_from_float", "float_parsing", "float_type"):
-        message = f"must be a number, not {first['input']!r}; write digits only"
-    elif first["type"] in ("bool_type", "bool_parsing"):
-        message = f"must be true or false, not {first['input']!r}; write true or false, unquoted"
-    elif first["type"] in ("greater_than_equal", "greater_than"):
-        message = f"{first['input']!r} is too small; use at least {next(iter(first['ctx'].values()))}"
-    elif first["type"] in ("less_than_equal", "less_than"):
-        message = f"{first['input']!r} is too large; use at most {next(iter(first['ctx'].values()))}"
-    elif first["type"] == "string_pattern_mismatch":
-        message = f"{first['input']!r} is not in the expected format; see this key in the README"
-    path = _dotted(first["loc"])
+    elif kind == "string_type":
+        message = f"must be text, not {shown}; quote it in the stack file"
+    elif kind in ("int_parsing", "int_type", "int_from_float", "float_parsing", "float_type"):
+        message = f"must be a number, not {shown}; write digits only"
+    elif kind in ("bool_type", "bool_parsing"):
+        message = f"must be true or false, not {shown}; write true or false, unquoted"
+    elif kind in ("greater_than_equal", "greater_than"):
+        message = f"{shown} is too small; use at least {next(iter(first['ctx'].values()))}"
+    elif kind in ("less_than_equal", "less_than"):
+        message = f"{shown} is too large; use at most {next(iter(first['ctx'].values()))}"
+    elif kind == "string_pattern_mismatch":
+        message = f"{shown} is not in the expected format; see this key in the README"
+    elif kind in ("tuple_type", "list_type"):
+        field, shape = _field_at(loc), _shape(loc)
+        message = f"must be a list{f' of{shape} entries' if shape else ''}, not {shown}"
+        message += "; write [] for none" if field and not field.is_required() else "; write one `- ` item per line"
+    elif kind in ("model_type", "model_attributes_type", "dict_type"):
+        message = f"must be a mapping{_shape(loc)}, not {shown}"
+        item = bool(loc) and isinstance(loc[-1], int)
+        message += "; fill the item in or remove it" if item else "; write its keys below it"
+    elif kind == "too_short":
+        count = first["ctx"]["min_length"]
+        shape = _shape(loc)
+        message = (f"must list at least {count} item{'s' if count > 1 else ''}; "
+                   f"add {'one' if count == 1 else 'more'}{f' with{shape}' if shape else ''}")
+    path = _dotted(loc)
     return f"{PROJECT}:{path}: {message}" if path else f"{PROJECT}: {message}"
 
 

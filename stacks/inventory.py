@@ -12,7 +12,7 @@ from fleet.kernels import KernelTarget, ObservedNode
 from stacks.config import ConfigError
 
 
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 _NODE_LIST_FIX = "produce it with `kubectl get nodes -o json`"
 
 
@@ -39,7 +39,7 @@ def parse_node_list(document: Any, source: str) -> list[ObservedNode]:
         if not isinstance(node_labels, dict):
             raise ConfigError(f"{source}: items[{index}].metadata.labels must be a mapping; {_NODE_LIST_FIX}")
         for key, value in node_labels.items():
-            if not isinstance(value, str) or not _LABEL_VALUE.match(value):
+            if not isinstance(value, str) or not _LABEL_VALUE.fullmatch(value):
                 raise ConfigError(f"{source}: node {meta['name']}: label {key} has {value!r}, not a valid "
                                   f"Kubernetes label value; {_NODE_LIST_FIX}")
         if node_labels.get(labels.NVIDIA_PCI_LABEL) != "true":
@@ -59,7 +59,7 @@ def _observed_node(name: str, node_labels: Mapping[str, str], source: str) -> Ob
             f"{source}: GPU node {name} runs {release[0]} {release[1]}, which has no driver images here; "
             f"supported: {', '.join(NODE_OSES)}"
         )
-    if not NODE_OSES[os_name].kernel_pattern.match(kernel):
+    if not NODE_OSES[os_name].is_kernel(kernel):
         raise ConfigError(f"{source}: GPU node {name}: kernel {kernel!r} is not a {os_name} kernel; "
                           f"check its {labels.KERNEL_LABEL} label")
     return ObservedNode(name, KernelTarget(os_name, kernel))

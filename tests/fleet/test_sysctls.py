@@ -35,5 +35,6 @@ def test_safe_set_grows_with_the_version() -> None:
 def test_names_and_node_level() -> None:
     assert is_name("vm.max_map_count") and is_name("net.ipv4.conf.all.rp_filter") and is_name("kernel.shm*")
     assert not is_name("vm") and not is_name("VM.swappiness") and not is_name("vm.swappiness=1")
+    assert not is_name("net.core.somaxconn\n") and not is_name("kernel.shm*\n")
     assert is_node_level("vm.swappiness") and not is_node_level("net.core.somaxconn")
     assert not is_node_level("kernel.shm_rmid_forced")

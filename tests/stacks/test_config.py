@@ -30,6 +30,18 @@ def pool(values: Values, index: int = 0) -> Values:
     return values["nodePools"][index]
 
 
+def set_at(values: Values, path: tuple, value: Any) -> None:
+    """Set the value at a path of keys and indexes, making the mappings on the way."""
+    target = values
+    for part in path[:-1]:
+        target = target.setdefault(part, {}) if isinstance(target, dict) else target[part]
+    target[path[-1]] = value
+
+
+def dotted(path: tuple) -> str:
+    return "gpu-platform:" + path[0] + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path[1:])
+
+
 # -- the shipped stacks -------------------------------------------------------------------------------------------
 
 
@@ -185,11 +197,80 @@ def test_names_must_be_dns_1123_labels(path: tuple, bad: str) -> None:
     assert "DNS-1123" in message
 
 
-def test_tenant_cannot_take_a_system_namespace() -> None:
-    message = config_error(lambda v: v["tenants"][0].update(name="kube-system"))
+@pytest.mark.parametrize("namespace", ["default", "kube-system", "openshift-monitoring", "gpu-operator",
+                                       "nvidia-gpu-operator", "node-feature-discovery", "openshift-nfd"])
+def test_tenant_cannot_take_a_system_or_operator_namespace(namespace: str) -> None:
+    message = config_error(lambda v: v["tenants"][0].update(name=namespace), "prod")
 
-    assert message.startswith("gpu-platform:tenants[0]:")
-    assert "system namespace" in message
+    assert message.startswith(f"gpu-platform:tenants[0].name: {namespace!r} is a system namespace"), message
+    assert message.endswith("choose a team name")
+
+
+@pytest.mark.parametrize(("stack", "monitoring", "namespace"), [
+    ("prod", None, "monitoring"), ("prod", ["prometheus", "grafana"], "grafana")])
+def test_tenant_cannot_take_a_monitoring_namespace(stack: str, monitoring: list[str] | None, namespace: str) -> None:
+    """The monitoring namespaces may reach every tenant's pods: a tenant of that name would too."""
+    def take(values: Values) -> None:
+        if monitoring is not None:
+            values["cluster"]["monitoringNamespaces"] = monitoring
+        values["tenants"][1]["name"] = namespace
+
+    message = config_error(take, stack)
+
+    assert message.startswith(f"gpu-platform:tenants[1].name: {namespace!r} is a monitoring namespace"), message
+    assert "cluster.monitoringNamespaces" in message and message.endswith("choose another team name")
+
+
+def test_a_tenant_may_take_a_name_no_monitoring_namespace_has() -> None:
+    values = config_values("prod")
+    values["cluster"]["monitoringNamespaces"] = ["prometheus"]
+    values["tenants"][0]["name"] = "monitoring"
+
+    assert parse_stack_config(values).tenants[0].name == "monitoring"
+
+
+@pytest.mark.parametrize(("stack", "path", "value"), [
+    ("prod", ("tenants", 2, "name"), "analytics\n"),
+    ("prod", ("nodePools", 0, "name"), "l4-inference\n"),
+    ("prod", ("cluster", "name"), "prod-eks\n"),
+    ("prod", ("cluster", "instanceProfile"), "prod-gpu-node\n"),
+    ("dev", ("cluster", "infrastructureId"), "dev-ocp-7xk2p\n"),
+    ("dev", ("nodePools", 0, "availabilityZone"), "us-east-1a\n"),
+])
+def test_a_trailing_newline_is_refused_at_its_field(stack: str, path: tuple, value: str) -> None:
+    """`$` matches before a final newline: each of these would have named a Kubernetes or AWS object wrongly."""
+    message = config_error(lambda v: set_at(v, path, value), stack)
+
+    assert message.startswith(f"{dotted(path)}: {value!r} "), message
+
+
+@pytest.mark.parametrize(("stack", "mutate", "where"), [
+    ("prod", lambda v: pool(v, 1).update(kernel="6.8.0-1019-aws\n"), "gpu-platform:nodePools[1]: kernel"),
+    ("dev", lambda v: v["cluster"].update(kernel="5.14.0-427.87.1.el9_4.x86_64\n"), "gpu-platform:cluster: kernel"),
+])
+def test_a_kernel_with_a_trailing_newline_is_refused(stack: str, mutate: Callable[[Values], Any], where: str) -> None:
+    message = config_error(mutate, stack)
+
+    assert message.startswith(where) and "\\n' is not a" in message and "e.g." in message, message
+
+
+def test_a_pod_sysctl_with_a_trailing_newline_is_refused() -> None:
+    message = config_error(lambda v: profile(v)["podSysctls"].append("net.core.somaxconn\n"))
+
+    assert "pool 'a100-training' profile.podSysctls: 'net.core.somaxconn\\n' is not a sysctl name" in message
+
+
+@pytest.mark.parametrize(("stack", "mutate", "where"), [
+    ("prod", lambda v: pool(v, 1).update(kernel=f"6.8.0-{'1' * 60}-aws"), "gpu-platform:nodePools[1]: kernel"),
+    ("dev", lambda v: v["cluster"].update(kernel=f"5.14.0-{'4' * 60}.el9_4.x86_64"), "gpu-platform:cluster: kernel"),
+])
+def test_a_kernel_too_long_for_a_label_value_is_refused(stack: str, mutate: Callable[[Values], Any],
+                                                        where: str) -> None:
+    """NFD labels nodes with their kernel: one over 63 characters can be no label value, so no node matches."""
+    message = config_error(mutate, stack)
+
+    assert message.startswith(where), message
+    assert "characters long, over the 63 of a label value (feature.node.kubernetes.io/kernel-version.full)" in message
 
 
 # -- counts -------------------------------------------------------------------------------------------------------
@@ -208,13 +289,63 @@ def test_negative_counts_are_rejected(path: tuple, field: str) -> None:
     assert "-1 is too small; use at least 0" in message
 
 
+@pytest.mark.parametrize("huge", [10**30, 1e30])  # the Pulumi CLI reads an integer past int64 as a float
 @pytest.mark.parametrize(("path", "field", "limit"), [
     (("nodePools", 0), "replicas", 1000), (("nodePools", 0), "maxReplicas", 1000), (("tenants", 0), "gpus", 100000)])
-def test_absurd_counts_are_rejected(path: tuple, field: str, limit: int) -> None:
-    message = config_error(lambda v: v[path[0]][path[1]].update({field: 10**30}))
+def test_absurd_counts_are_rejected(path: tuple, field: str, limit: int, huge: int | float) -> None:
+    message = config_error(lambda v: v[path[0]][path[1]].update({field: huge}))
 
     assert message.startswith(f"gpu-platform:{path[0]}[{path[1]}].{field}:"), message
     assert f"too large; use at most {limit}" in message
+
+
+@pytest.mark.parametrize("value", [True, False, 1.5, "2"])
+@pytest.mark.parametrize(("stack", "path"), [
+    ("prod", ("tenants", 0, "gpus")),
+    ("prod", ("tenants", 0, "pods")),
+    ("prod", ("nodePools", 0, "replicas")),
+    ("prod", ("nodePools", 1, "minReplicas")),
+    ("prod", ("nodePools", 1, "maxReplicas")),
+    ("prod", ("nodePools", 0, "rootVolumeGib")),
+    ("prod", ("nodePools", 0, "roll", "drainTimeoutSeconds")),
+    ("prod", ("driver", "maxParallelUpgrades")),
+    ("dev", ("devicePlugin", "timeSlicingReplicas")),
+    ("dev", ("nodePools", 1, "profile", "hugepages", "1Gi")),
+    ("dev", ("tenants", 0, "networks", 0, "vlan")),
+])
+def test_counts_take_whole_numbers_only(stack: str, path: tuple, value: Any) -> None:
+    """YAML's `true` is no count of 1, nor 1.5 one of 1; each is refused at its field."""
+    message = config_error(lambda v: set_at(v, path, value), stack)
+
+    shown = str(value).lower() if isinstance(value, bool) else repr(value)
+    assert message.startswith(f"{dotted(path)}: must be a number, not {shown}; write digits only"), message
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    (("nodePools", 0, "roll", "checkpoints"), [True, 100]),
+    (("cluster", "discovery", "timeoutSeconds"), True),
+])
+def test_true_is_no_number(path: tuple, value: Any) -> None:
+    message = config_error(lambda v: set_at(v, path, value), "prod")
+
+    where = dotted(path) + ("[0]" if isinstance(value, list) else "")
+    assert message.startswith(f"{where}: must be a number, not true"), message
+
+
+@pytest.mark.parametrize("value", [True, 1.5, 0, "0%", "150%", None])
+def test_profile_max_unavailable_is_a_count_or_a_percentage(value: Any) -> None:
+    message = config_error(lambda v: profile(v).update(maxUnavailable=value))
+
+    assert message.startswith("gpu-platform:nodePools[1].profile.maxUnavailable: "), message
+    assert 'is not a number of nodes (at least 1) nor a percentage; write e.g. 1 or "10%"' in message
+
+
+@pytest.mark.parametrize("value", [3, "10%", "100%"])
+def test_profile_max_unavailable_takes_counts_and_percentages(value: Any) -> None:
+    values = config_values("dev")
+    profile(values)["maxUnavailable"] = value
+
+    assert parse_stack_config(values).node_pools[1].profile.max_unavailable == value
 
 
 def test_replicas_must_lie_within_the_autoscaler_bounds() -> None:
@@ -695,3 +826,30 @@ def test_termination_handler_role_is_kubernetes_only() -> None:
     assert "nodeTerminationHandlerRole applies to Kubernetes" in message
     assert "nodeTerminationHandlerRole" in config_error(
         lambda v: v["cluster"].update(nodeTerminationHandlerRole="bad role!"), stack="prod")
+
+
+# -- lists and mappings left empty ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("mutate", "expected"), [
+    (lambda v: v.update(tenants=None),
+     "gpu-platform:tenants: must be a list of {name, gpus} entries, not null; write [] for none"),
+    (lambda v: v["tenants"].append(None),
+     "gpu-platform:tenants[2]: must be a mapping {name, gpus}, not null; fill the item in or remove it"),
+    (lambda v: v.update(nodePools=[]),
+     "gpu-platform:nodePools: must list at least 1 item; add one with {name, instanceType, replicas, image}"),
+    (lambda v: v.update(nodePools=None),
+     "gpu-platform:nodePools: must be a list of {name, instanceType, replicas, image} entries, not null; "
+     "write one `- ` item per line"),
+    (lambda v: v.update(cluster=None),
+     "gpu-platform:cluster: must be a mapping {name, flavor}, not null; write its keys below it"),
+    (lambda v: v["tenants"][0].update(networks=[None]),
+     "gpu-platform:tenants[0].networks[0]: must be a mapping {name, type, ipam}, not null; "
+     "fill the item in or remove it"),
+    (lambda v: profile(v).update(hugepages=None),
+     "gpu-platform:nodePools[1].profile.hugepages: must be a mapping, not null; write its keys below it"),
+    (lambda v: profile(v).update(podSysctls="net.core.somaxconn"),
+     "gpu-platform:nodePools[1].profile.podSysctls: must be a list, not 'net.core.somaxconn'; write [] for none"),
+])
+def test_a_missing_list_or_mapping_says_what_to_write(mutate: Callable[[Values], Any], expected: str) -> None:
+    assert config_error(mutate) == expected

@@ -182,7 +182,7 @@ def test_faults_stop_the_read(api: StandInApi, tmp_path: Path, fault: str, probl
     assert problem in message
     assert api.url in message
     assert "\n" not in message
-    assert time.monotonic() - started < 2  # one attempt, bounded by the timeout
+    assert time.monotonic() - started < 4  # one attempt, bounded by the timeout (a hung read takes 5 s)
 
 
 def test_an_endless_answer_is_cut_at_the_size_cap(api: StandInApi, tmp_path: Path, monkeypatch) -> None:

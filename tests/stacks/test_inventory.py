@@ -143,3 +143,17 @@ def test_node_labels_must_be_kubernetes_label_values(node_labels: Any, expected:
 def test_a_kernel_that_does_not_parse_for_its_os_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"gpu-1: kernel '6.8.0-1021-aws' is not a rhcos4.18 kernel"):
         parse_node_list(node_list(node("gpu-1", kernel=UBUNTU)), "nodes.json")
+
+
+def test_a_label_value_with_a_trailing_newline_is_refused() -> None:
+    """`$` would match before the newline: the node would need a driver of its own, for a kernel no node runs."""
+    document = node_list(node("gpu-1", kernel=UBUNTU, os_id="ubuntu", version="22.04"),
+                         node("gpu-2", kernel=f"{UBUNTU}\n", os_id="ubuntu", version="22.04"))
+
+    with pytest.raises(ConfigError) as caught:
+        parse_node_list(document, "nodes.json")
+
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("nodes.json: node gpu-2: label feature.node.kubernetes.io/kernel-version.full has "
+                              "'6.8.0-1021-aws\\n', not a valid Kubernetes label value")

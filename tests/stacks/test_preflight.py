@@ -206,7 +206,7 @@ def test_failing_registry(registry: StandInRegistry, mode: str, problem: str) ->
     assert f"registry {registry.host} could not be reached" in message
     assert problem in message
     assert "--offline" in message
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 4  # a hung registry holds each request 5 s
 
 
 def test_registry_down() -> None:
