@@ -7,7 +7,6 @@ from pulumi_policy import ResourceValidationArgs
 
 from components import labels
 from gpuctl import check
-from policy.rules import POLICIES
 
 
 BUILD = check.policy_resources
