@@ -50,6 +50,9 @@ def _whole(value: Any) -> Any:
 
 # Integers as YAML writes them: never `true` (1), "2" nor 1.5.
 Int = Annotated[int, Strict(), BeforeValidator(_whole)]
+# A top-level switch: the Pulumi CLI hands the program a top-level `true` as the text "true"; `yes` stays refused.
+TopLevelBool = Annotated[StrictBool, BeforeValidator(lambda value: {"true": True, "false": False}.get(value, value)
+                                                     if isinstance(value, str) else value)]
 
 
 def _dns_label(max_length: int):
@@ -98,7 +101,7 @@ class DiscoveryConfig(StrictModel):
     On by default: under `pulumi up` it is the evidence that lets a driver go when no node runs its kernel.
     """
 
-    enabled: bool = True
+    enabled: StrictBool = True
     kubeconfig: str | None = None
     context: str | None = None
     timeout_seconds: Annotated[float, Strict()] = Field(default=10.0, gt=0, le=120)
@@ -308,7 +311,7 @@ class RollConfig(StrictModel):
     checkpoint_delay_seconds: Int = Field(default=600, ge=0, le=172_800, description="pause at each checkpoint")
     instance_warmup_seconds: Int = Field(default=300, ge=0, le=3600, description="a new node's time to become ready")
     drain_timeout_seconds: Int = Field(default=1800, ge=60, le=7200, description="longest a node's drain may take")
-    auto_rollback: bool = Field(default=False, description="AWS rolls back to the previous template if it fails")
+    auto_rollback: StrictBool = Field(default=False, description="AWS rolls back to the previous template if it fails")
 
     @model_validator(mode="after")
     def _check(self) -> RollConfig:
@@ -405,11 +408,11 @@ class DriverConfig(StrictModel):
     branch: str = Field(default="580", pattern=r"^\d{3}$")
     version: str = Field(default="580.95.05", pattern=r"^\d{3}\.\d+(\.\d+)?$")
     repository: str = Field(default=labels.NVIDIA_REGISTRY, pattern=r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)*$")
-    precompiled: bool | None = Field(default=None, description="precompiled images (default on Kubernetes); else "
+    precompiled: StrictBool | None = Field(default=None, description="precompiled images (default on Kubernetes); else "
                                                                "built on the node (OpenShift: Driver Toolkit)")
     max_parallel_upgrades: Int = Field(default=1, ge=1, le=100)
     max_unavailable: str = Field(default="25%", pattern=r"^([1-9]\d{0,3}|[1-9]\d?%|100%)$")
-    drain: bool = Field(default=False, description="drain every pod off a node, not only GPU pods, before its "
+    drain: StrictBool = Field(default=False, description="drain every pod off a node, not only GPU pods, before its "
                                                    "driver is reloaded")
 
     @model_validator(mode="after")
@@ -535,7 +538,7 @@ class ImagesConfig(StrictModel):
 class MonitoringConfig(StrictModel):
     """Whether the cluster runs the Prometheus Operator (built into OpenShift; optional on Kubernetes)."""
 
-    prometheus_operator: bool | None = Field(default=None, description="create ServiceMonitor and PrometheusRule")
+    prometheus_operator: StrictBool | None = Field(default=None, description="create ServiceMonitor and PrometheusRule")
 
     def enabled(self, flavor: str) -> bool:
         return self.prometheus_operator if self.prometheus_operator is not None else flavor == "openshift"
@@ -568,7 +571,7 @@ class StackConfig(StrictModel):
     images: ImagesConfig = ImagesConfig()
     monitoring: MonitoringConfig = MonitoringConfig()
     registry_pull_secret: Annotated[SecretStr, AfterValidator(_docker_config_json)] | None = None
-    preflight: bool = True
+    preflight: TopLevelBool = True
 
     @model_validator(mode="after")
     def _check(self) -> StackConfig:

@@ -137,7 +137,7 @@ class _RegistryClient:
                 status, headers = self._head(image, reference, token)
         if 200 <= status < 300:
             media_type = headers.get_content_type() if headers.get("Content-Type") else "no media type"
-            if media_type in MANIFEST_MEDIA_TYPES and _DIGEST.match(headers.get("Docker-Content-Digest", "")):
+            if media_type in MANIFEST_MEDIA_TYPES and _DIGEST.fullmatch(headers.get("Docker-Content-Digest", "")):
                 return None
             raise RegistryUnreachable(_unreachable(reference.registry, image, (
                 f"it answered HTTP {status} with {media_type} and "

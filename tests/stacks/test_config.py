@@ -821,6 +821,19 @@ def test_retired_must_be_a_real_boolean(value: object) -> None:
     assert f"tenants[0].retired: must be true or false, not {value!r}" in message
 
 
+@pytest.mark.parametrize(("mutate", "field"), [
+    (lambda v: v["cluster"].setdefault("discovery", {}).update(enabled="yes"), "cluster.discovery.enabled"),
+    (lambda v: pool(v).update(roll={"autoRollback": "yes"}), "nodePools[0].roll.autoRollback"),
+    (lambda v: v.setdefault("driver", {}).update(precompiled="yes"), "driver.precompiled"),
+    (lambda v: v.setdefault("driver", {}).update(drain="yes"), "driver.drain"),
+    (lambda v: v.setdefault("monitoring", {}).update(prometheusOperator="yes"), "monitoring.prometheusOperator"),
+    (lambda v: v.update(preflight="no"), "preflight"),
+])
+def test_every_switch_is_a_real_boolean(mutate, field: str) -> None:
+    # YAML 1.2, as the Pulumi CLI reads it, makes `yes` and `no` text; taken as booleans they would flip a switch.
+    assert f"{field}: must be true or false, not " in config_error(mutate, stack="prod")
+
+
 def test_termination_handler_role_is_kubernetes_only() -> None:
     message = config_error(lambda v: v["cluster"].update(nodeTerminationHandlerRole="workers"))
     assert "nodeTerminationHandlerRole applies to Kubernetes" in message
