@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
     diff = diff_plans(old, new)
     refuse_driver_removal(diff, observed_nodes(args.observed_nodes) or [])
     review = report.Review(new.get("stack", ""), str(args.old), diff,
-                           summary.summarize(old, new, diff, offline=args.observed_nodes is None))
+                           summary.summarize(old, new, diff, offline=args.observed_nodes is None), command="diff")
     output_format = output_format_of(args)
     if output_format == "json":
         print(json.dumps(report.to_json(review), indent=2))

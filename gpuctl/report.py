@@ -47,6 +47,7 @@ class Review:
     preflight: str | None = None
     kept: list[str] = field(default_factory=list)
     new_images: dict[str, str] = field(default_factory=dict)
+    command: str = "preview"  # the gpuctl command that made it, for the comment's heading
 
 
 # -- values ------------------------------------------------------------------------------------------------------
@@ -425,7 +426,7 @@ def to_markdown(review: Review, limit: int = COMMENT_LIMIT) -> str:
     Mermaid flowchart, and the full diff in a collapsible block, cut (with a note) to fit `limit` characters."""
     summary = review.summary
     base = f"against `{review.base}`" if review.base else "as a new deployment"
-    head = [f"### `gpuctl preview`: stack `{review.stack}` {base}", ""]
+    head = [f"### `gpuctl {review.command}`: stack `{review.stack}` {base}", ""]
     if summary.destructive:
         head += ["#### Destructive", ""]
         head += [f"- **{_cell(item.what)}**: takes away {_cell(item.takes_away)}"

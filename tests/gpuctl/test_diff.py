@@ -208,6 +208,8 @@ def test_a_malformed_plan_is_one_line_exit_2(tmp_path, resources: list, where: s
 def test_the_text_view_names_the_plan_it_compares_against(rendered_pair):
     result = gpuctl("diff", str(rendered_pair / "old"), str(rendered_pair / "new"))
     assert result.stdout.splitlines()[0] == f"Previewing stack prod against {rendered_pair / 'old'}:"
+    markdown = gpuctl("diff", str(rendered_pair / "old"), str(rendered_pair / "new"), "--format", "markdown")
+    assert markdown.stdout.startswith(f"### `gpuctl diff`: stack `prod` against `{rendered_pair / 'old'}`")
 
 
 def test_a_reader_that_stops_early_ends_diff_with_141_not_a_violation_code(rendered_pair):
