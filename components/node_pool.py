@@ -190,6 +190,8 @@ class GpuNodePool(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
                 ignore_changes=["spec.replicas"] if pool.autoscales else None)),
         )
+        if pool.max_replicas < 1:
+            return  # a parked pool has nothing to scale, and a MachineAutoscaler's maxReplicas must be at least 1
         k8s.apiextensions.CustomResource(
             f"{name}-autoscaler",
             api_version="autoscaling.openshift.io/v1beta1",

@@ -36,6 +36,20 @@ def test_one_machine_set_and_autoscaler_per_pool(dev_plan: Plan) -> None:
     assert dev_plan.of_type(LAUNCH_TEMPLATE) == [] and dev_plan.of_type(AUTO_SCALING_GROUP) == []
 
 
+def test_a_parked_pool_keeps_its_machine_set_at_zero_without_an_autoscaler() -> None:
+    # A MachineAutoscaler's maxReplicas must be at least 1: one for a parked pool would fail `pulumi up`.
+    from tests.conftest import render_stack, stack_config
+
+    config = stack_config("dev")
+    t4 = next(pool for pool in config["gpu-platform:nodePools"] if pool["name"] == "t4-inference")
+    t4.update(replicas=0, minReplicas=0)
+    t4.pop("maxReplicas", None)
+    plan = render_stack("dev", config)
+
+    assert plan.manifest("MachineSet", T4_MACHINE_SET)["spec"]["replicas"] == 0
+    assert [a["inputs"]["metadata"]["name"] for a in plan.of_type(MACHINE_AUTOSCALER)] == [A100_MACHINE_SET]
+
+
 @pytest.mark.parametrize("name", [T4_MACHINE_SET, A100_MACHINE_SET])
 def test_machine_set_nodes_are_tainted_from_first_boot(dev_plan: Plan, name: str) -> None:
     spec = machine_set(dev_plan, name)["spec"]["template"]["spec"]
