@@ -224,8 +224,15 @@ def level_counts(violations: list[Violation]) -> dict[str, int]:
     return {level.value: sum(v.level == level.value for v in violations) for level in REPORTED_LEVELS}
 
 
-def print_report(violations: list[Violation], resources: int, console: Console) -> None:
-    """`policy  resource  message` lines, grouped by enforcement level, then a one-line summary."""
+def policies_run(config: Mapping[str, Any] | None) -> int:
+    """How many policies a pack config leaves enabled."""
+    settings = policy_settings({} if config is None else config)
+    return sum(setting.level != EnforcementLevel.DISABLED for setting in settings.values())
+
+
+def print_report(violations: list[Violation], resources: int, console: Console, policies: int | None = None) -> None:
+    """`policy  resource  message` lines, grouped by enforcement level, then a one-line summary (`policies`: how
+    many ran, when the pack config disabled some)."""
     for level in REPORTED_LEVELS:
         group = [v for v in violations if v.level == level.value]
         if not group:
@@ -237,8 +244,12 @@ def print_report(violations: list[Violation], resources: int, console: Console) 
     if violations:
         console.print(", ".join(f"{count} {level}" for level, count in level_counts(violations).items())
                       + " violation(s)")
+    elif policies == 0:
+        console.print("no policy ran: the pack config disables every one")
     else:
-        console.print(f"{len(POLICIES)} policies passed on {resources} resources")
+        ran = len(POLICIES) if policies is None else policies
+        disabled = f" ({len(POLICIES) - ran} disabled by the pack config)" if ran < len(POLICIES) else ""
+        console.print(f"{ran} policies passed on {resources} resources{disabled}")
 
 
 def read_policy_config(path: str | None) -> Any:
@@ -252,12 +263,13 @@ def has_mandatory(violations: list[Violation]) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     plan = load_plan(args.dir)
-    violations = check_plan(plan, read_policy_config(args.policy_config))
+    config = read_policy_config(args.policy_config)
+    violations = check_plan(plan, config)
     if args.json:
         print(json.dumps({"stack": plan.get("stack"), "violations": [asdict(v) for v in violations],
                           **level_counts(violations)}, indent=2))
     else:
-        print_report(violations, len(plan["resources"]), console(soft_wrap=False))
+        print_report(violations, len(plan["resources"]), console(soft_wrap=False), policies_run(config))
     return VIOLATION if has_mandatory(violations) else OK
 
 

@@ -115,12 +115,14 @@ def run(args: argparse.Namespace) -> int:
     checked, statuses, missing = preflight_images(new, args.offline)
     changes = plan_diff.diff_plans(old, new)
     plan_diff.refuse_driver_removal(changes, observed or [])
-    violations = check.check_plan(new, check.read_policy_config(args.policy_config))
+    policy_config = check.read_policy_config(args.policy_config)
+    violations = check.check_plan(new, policy_config)
     outcome = VIOLATION if check.has_mandatory(violations) else OK
     review = report.Review(
         args.stack, args.base, changes,
         summary.summarize(old, new, changes, preflight=statuses, offline=args.offline and observed is None),
-        violations, len(new["resources"]), checked, kept_note(new), new_driver_images(old, new))
+        violations, len(new["resources"]), checked, kept_note(new), new_driver_images(old, new),
+        policies=check.policies_run(policy_config))
     if output_format == "json":
         print(json.dumps(report.to_json(review), indent=2))
     elif output_format == "markdown":

@@ -48,6 +48,7 @@ class Review:
     kept: list[str] = field(default_factory=list)
     new_images: dict[str, str] = field(default_factory=dict)
     command: str = "preview"  # the gpuctl command that made it, for the comment's heading
+    policies: int | None = None  # how many policies ran, when the pack config disabled some
 
 
 # -- values ------------------------------------------------------------------------------------------------------
@@ -332,7 +333,7 @@ def print_text(review: Review, console: Console) -> None:
         console.print(escape(line))
     if review.violations is not None:
         console.print("Policies:")
-        check.print_report(review.violations, review.resources, console)
+        check.print_report(review.violations, review.resources, console, review.policies)
     if review.preflight is not None:
         console.print(escape(f"Driver image preflight: {review.preflight}"))
 
@@ -412,8 +413,12 @@ def _policy_lines(review: Review) -> list[str]:
     if review.violations is None:
         return []
     if not review.violations:
-        return ["#### Policies", "", f"All {len(check.POLICIES)} policies passed on {review.resources} resources.",
-                ""]
+        ran = len(check.POLICIES) if review.policies is None else review.policies
+        if ran == 0:
+            return ["#### Policies", "", "No policy ran: the pack config disables every one.", ""]
+        disabled = f" ({len(check.POLICIES) - ran} disabled by the pack config)" if ran < len(check.POLICIES) else ""
+        return ["#### Policies", "", f"{'All ' if not disabled else ''}{ran} policies passed on {review.resources} "
+                f"resources{disabled}.", ""]
     rows = [{"level": v.level, "policy": v.policy, "resource": v.name or "(stack)", "message": v.message}
             for v in review.violations]
     counts = ", ".join(f"{count} {level}" for level, count in check.level_counts(review.violations).items())

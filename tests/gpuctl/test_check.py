@@ -172,6 +172,18 @@ def test_policy_config_disables_a_policy(rendered: dict[str, Path], tmp_path: Pa
     assert "policies passed" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(("config", "summary"), [
+    ({"all": "disabled"}, "no policy ran: the pack config disables every one"),
+    ({"no-latest-images": "disabled"}, "policies passed on"),
+])
+def test_disabled_policies_are_not_reported_as_passed(rendered: dict[str, Path], tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str], config: Any,
+                                                      summary: str) -> None:
+    assert main(["check", str(rendered["clean"]), "--policy-config", write_config(tmp_path, config)]) == 0
+    out = capsys.readouterr().out
+    assert summary in out and f"{len(POLICIES)} policies passed" not in out
+
+
 def test_policy_config_knob_is_applied(rendered: dict[str, Path], tmp_path: Path) -> None:
     config = write_config(tmp_path, {"gpu-quota-within-capacity": {"maxOvercommit": 1.7}})
     assert main(["check", str(rendered["over-capacity"]), "--policy-config", config]) == 0
