@@ -62,8 +62,8 @@ class NodeOs:
         return self.kernel_pattern.fullmatch(kernel) is not None
 
 
-_UBUNTU_KERNEL = re.compile(r"\d+\.\d+\.\d+-\d+-(aws|generic|nvidia)")
-_EL9_KERNEL = re.compile(r"\d+\.\d+\.\d+-\d+(\.\d+)*\.el9(_\d+)?\.(x86_64|aarch64)")
+_UBUNTU_KERNEL = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-(aws|generic|nvidia)")
+_EL9_KERNEL = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+-[0-9]+(\.[0-9]+)*\.el9(_[0-9]+)?\.(x86_64|aarch64)")
 
 NODE_OSES: dict[str, NodeOs] = {
     "ubuntu22.04": NodeOs("ubuntu22.04", "ubuntu", "22.04", _UBUNTU_KERNEL, "6.8.0-1021-aws", False),

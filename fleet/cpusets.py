@@ -6,10 +6,12 @@ from collections.abc import Iterable
 
 
 def parse_cpuset(text: str) -> set[int]:
-    """The CPU ids of a cpuset list: "0-1,48-49" -> {0, 1, 48, 49}."""
+    """The CPU ids of a cpuset list: "0-1,48-49" -> {0, 1, 48, 49}; ValueError for a range that runs backwards."""
     cpus: set[int] = set()
     for part in text.split(","):
         first, _, last = part.partition("-")
+        if int(first) > int(last or first):
+            raise ValueError(f"range {part} runs backwards; write {last}-{first}")
         cpus.update(range(int(first), int(last or first) + 1))
     return cpus
 

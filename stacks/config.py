@@ -35,8 +35,8 @@ MAX_LABEL_VALUE = 63  # characters of a Kubernetes label value
 # Sane upper bounds: far above any real pool or quota, low enough to catch a stray digit.
 MAX_POOL_NODES = 1000
 MAX_TENANT_GPUS = 100_000
-_CPU = r"^([1-9]\d{0,5}|[1-9]\d{0,8}m)$"  # whole cores or millicores
-_MEMORY = r"^[1-9]\d{0,6}(Mi|Gi|Ti)$"
+_CPU = r"^([1-9][0-9]{0,5}|[1-9][0-9]{0,8}m)$"  # whole cores or millicores
+_MEMORY = r"^[1-9][0-9]{0,6}(Mi|Gi|Ti)$"
 
 
 class ConfigError(ValueError):
@@ -72,6 +72,19 @@ def _tenant_namespace(name: str) -> str:
         raise ValueError(f"{name!r} is a system namespace (default, kube-*, openshift*, or an operator's: "
                          f"{', '.join(labels.SYSTEM_NAMESPACES)}); choose a team name")
     return name
+
+
+def _tenant_group(group: str) -> str:
+    """A group to bind to the tenant's namespace: neither blank, spaced nor with control characters, nor system:*."""
+    if not group.strip():
+        raise ValueError(f"{group!r} is blank; name the team's group, or leave group out to bind the tenant's name")
+    if " " in group or not group.isprintable():
+        raise ValueError(f"{group!r} has whitespace or control characters; write the group name exactly as the "
+                         "identity provider sends it")
+    if group.startswith("system:"):
+        raise ValueError(f"{group!r} is a Kubernetes system: group (e.g. every authenticated user), so binding it "
+                         "would give its members edit in the tenant namespace; name the team's own group")
+    return group
 
 
 def _check_kernel(kernel: str, os_name: str, kind: str) -> None:
@@ -113,11 +126,12 @@ class ClusterConfig(StrictModel):
     name: Annotated[str, _dns_label(40)]
     flavor: Literal["openshift", "kubernetes"]
     kubernetes_version: str | None = None
-    release: str | None = Field(default=None, pattern=r"^4\.\d+\.\d+$", description="OpenShift release, e.g. 4.18.21")
+    release: str | None = Field(default=None, pattern=r"^4\.[0-9]+\.[0-9]+$",
+                                description="OpenShift release, e.g. 4.18.21")
     kernel: str | None = Field(default=None, description="OpenShift: the RHCOS kernel the release ships (uname -r)")
-    nfd_operator_csv: str | None = Field(default=None, pattern=r"^nfd\.4\.\d+\.\d+-\d{12}$",
+    nfd_operator_csv: str | None = Field(default=None, pattern=r"^nfd\.4\.[0-9]+\.[0-9]+-[0-9]{12}$",
                                          description="OpenShift: the NFD operator CSV to pin (default per release)")
-    region: str = Field(default="us-east-1", pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+    region: str = Field(default="us-east-1", pattern=r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$")
     infrastructure_id: Annotated[str, _dns_label(MAX_LABEL_VALUE)] | None = Field(
         default=None, description="OpenShift infrastructure name (MachineSet prefix, and its machines' label value)")
     kubeconfig: str | None = Field(default=None, min_length=1,
@@ -126,10 +140,10 @@ class ClusterConfig(StrictModel):
     context: str | None = Field(default=None, min_length=1, description="its context; default its current context")
     subnet_ids: tuple[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")], ...] = ()
     security_group_ids: tuple[Annotated[str, Field(pattern=r"^sg-[0-9a-f]{8,17}$")], ...] = ()
-    instance_profile: str | None = Field(default=None, pattern=r"^[\w+=,.@-]{1,128}$",
+    instance_profile: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_+=,.@-]{1,128}$",
                                          description="Kubernetes: IAM instance profile name of the nodes")
     node_termination_handler_role: str | None = Field(
-        default=None, pattern=r"^[\w+=,.@-]{1,64}$",
+        default=None, pattern=r"^[A-Za-z0-9_+=,.@-]{1,64}$",
         description="Kubernetes: IAM role of the nodes the node termination handler runs on; gets its policy")
     discovery: DiscoveryConfig = DiscoveryConfig()
     monitoring_namespaces: tuple[Annotated[str, _dns_label(63)], ...] | None = Field(
@@ -224,14 +238,20 @@ class ClusterConfig(StrictModel):
         return KernelTarget(self.node_os, self.kernel) if self.flavor == "openshift" else None
 
 
-_CPUSET = r"^\d{1,3}(-\d{1,3})?(,\d{1,3}(-\d{1,3})?)*$"
+_CPUSET = r"^[0-9]{1,3}(-[0-9]{1,3})?(,[0-9]{1,3}(-[0-9]{1,3})?)*$"
+
+
+def _cpuset(value: str) -> str:
+    """A cpuset list whose ranges run upwards."""
+    parse_cpuset(value)
+    return value
 
 
 def _nodes_or_share(value: Any) -> int | str:
     """A number of nodes (at least 1) or a percentage of them ("10%")."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return value
-    if isinstance(value, str) and re.fullmatch(r"[1-9]\d?%|100%", value):
+    if isinstance(value, str) and re.fullmatch(r"[1-9][0-9]?%|100%", value):
         return value
     raise ValueError(f"{_shown(value)} is not a number of nodes (at least 1) nor a percentage; write e.g. 1 or \"10%\"")
 
@@ -242,7 +262,8 @@ class NodeProfileConfig(StrictModel):
     cpu_manager_policy: Literal["none", "static"] = "static"
     topology_manager_policy: Literal["none", "best-effort", "restricted", "single-numa-node"] = "single-numa-node"
     topology_manager_scope: Literal["container", "pod"] = "pod"
-    reserved_cpus: str = Field(pattern=_CPUSET, description="CPUs for the OS and the kubelet, as a cpuset list")
+    reserved_cpus: Annotated[str, AfterValidator(_cpuset)] = Field(
+        pattern=_CPUSET, description="CPUs for the OS and the kubelet, as a cpuset list")
     hugepages: dict[Literal["2Mi", "1Gi"], Annotated[Int, Field(ge=1, le=1_000_000)]] = {}
     pod_sysctls: tuple[str, ...] = Field(default=(), description="sysctls pods may set (safe or namespaced)")
     node_sysctls: dict[str, Annotated[str, Field(min_length=1, pattern=r"^[^\n\r=]+$")]] = Field(
@@ -336,7 +357,7 @@ class NodePoolConfig(StrictModel):
     os: str | None = None
     kernel: str | None = None
     image: str = Field(pattern=r"^ami-[0-9a-f]{8,17}$")
-    availability_zone: str | None = Field(default=None, pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d([a-z]|(-[a-z0-9]+)+)$",
+    availability_zone: str | None = Field(default=None, pattern=r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]([a-z]|(-[a-z0-9]+)+)$",
                                           description="OpenShift: the zone of the pool's machines, e.g. us-east-1a")
     root_volume_gib: Int = Field(default=200, ge=50, le=16384)
     profile: NodeProfileConfig | None = Field(default=None, description="node tuning; none: the image's defaults")
@@ -405,13 +426,13 @@ class NodePoolConfig(StrictModel):
 class DriverConfig(StrictModel):
     """The NVIDIA data-center driver: branch and version, where its images live, and how nodes take a new one."""
 
-    branch: str = Field(default="580", pattern=r"^\d{3}$")
-    version: str = Field(default="580.95.05", pattern=r"^\d{3}\.\d+(\.\d+)?$")
-    repository: str = Field(default=labels.NVIDIA_REGISTRY, pattern=r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)*$")
+    branch: str = Field(default="580", pattern=r"^[0-9]{3}$")
+    version: str = Field(default="580.95.05", pattern=r"^[0-9]{3}\.[0-9]+(\.[0-9]+)?$")
+    repository: str = Field(default=labels.NVIDIA_REGISTRY, pattern=r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*$")
     precompiled: StrictBool | None = Field(default=None, description="precompiled images (default on Kubernetes); else "
                                                                "built on the node (OpenShift: Driver Toolkit)")
     max_parallel_upgrades: Int = Field(default=1, ge=1, le=100)
-    max_unavailable: str = Field(default="25%", pattern=r"^([1-9]\d{0,3}|[1-9]\d?%|100%)$")
+    max_unavailable: str = Field(default="25%", pattern=r"^([1-9][0-9]{0,3}|[1-9][0-9]?%|100%)$")
     drain: StrictBool = Field(default=False, description="drain every pod off a node, not only GPU pods, before its "
                                                    "driver is reloaded")
 
@@ -483,7 +504,7 @@ class TenantConfig(StrictModel):
     name: Annotated[str, _dns_label(50), AfterValidator(_tenant_namespace)]
     gpus: Int = Field(ge=0, le=MAX_TENANT_GPUS)
     priority_class: Literal["gpu-high", "gpu-low"] = labels.LOW_PRIORITY_CLASS
-    group: str | None = Field(default=None, min_length=1)
+    group: Annotated[str, AfterValidator(_tenant_group)] | None = Field(default=None, min_length=1)
     retired: StrictBool = Field(default=False, description="unprotect the namespace so a later change may remove it")
     cpu: str = Field(default="64", pattern=_CPU, description="quota on the sum of CPU requests")
     memory: str = Field(default="256Gi", pattern=_MEMORY, description="quota on the sum of memory requests")
@@ -509,7 +530,8 @@ class DevicePluginConfig(StrictModel):
 
 
 def _image():
-    return Field(default=None, pattern=r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+(:[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})$")
+    return Field(default=None, pattern=r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+"
+                                       r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})$")
 
 
 class ImagesConfig(StrictModel):
@@ -544,7 +566,7 @@ class MonitoringConfig(StrictModel):
         return self.prometheus_operator if self.prometheus_operator is not None else flavor == "openshift"
 
 
-def _docker_config_json(secret: SecretStr) -> SecretStr:
+def docker_config_json(secret: SecretStr) -> SecretStr:
     """A `.dockerconfigjson` document: {"auths": {registry: {"auth": ...} | {"username", "password"}}}."""
     try:
         document = json.loads(secret.get_secret_value())
@@ -570,7 +592,7 @@ class StackConfig(StrictModel):
     device_plugin: DevicePluginConfig = DevicePluginConfig()
     images: ImagesConfig = ImagesConfig()
     monitoring: MonitoringConfig = MonitoringConfig()
-    registry_pull_secret: Annotated[SecretStr, AfterValidator(_docker_config_json)] | None = None
+    registry_pull_secret: Annotated[SecretStr, AfterValidator(docker_config_json)] | None = None
     preflight: TopLevelBool = True
 
     @model_validator(mode="after")

@@ -17,3 +17,10 @@ def test_a_cpuset_list_parses_to_its_cpus_and_back_to_ranges(text: str, cpus: se
 def test_isolated_cpus_are_every_cpu_but_the_reserved_as_ranges() -> None:
     reserved = parse_cpuset("0-1,48-49")
     assert format_cpuset(cpu for cpu in range(96) if cpu not in reserved) == "2-47,50-95"
+
+
+@pytest.mark.parametrize(("text", "backwards"), [("5-1", "range 5-1 runs backwards; write 1-5"),
+                                                 ("0-1,48-49,10-2", "range 10-2 runs backwards; write 2-10")])
+def test_a_range_that_runs_backwards_is_refused(text: str, backwards: str) -> None:
+    with pytest.raises(ValueError, match=f"^{backwards}$"):
+        parse_cpuset(text)

@@ -229,6 +229,23 @@ def test_a_tenant_may_take_a_name_no_monitoring_namespace_has() -> None:
     assert parse_stack_config(values).tenants[0].name == "monitoring"
 
 
+@pytest.mark.parametrize(("group", "problem"), [
+    ("system:authenticated", "is a Kubernetes system: group"),
+    ("system:serviceaccounts", "is a Kubernetes system: group"),
+    ("  ", "is blank"),
+    ("", "is blank"),
+    ("vision team", "has whitespace or control characters"),
+    ("vision\x00team", "has whitespace or control characters"),
+    ("vision-team\t", "has whitespace or control characters"),
+])
+def test_a_tenant_group_must_be_a_plain_team_group(group: str, problem: str) -> None:
+    """The group gets edit in the tenant's namespace: system:authenticated would hand it to every user."""
+    message = config_error(lambda v: v["tenants"][0].update(group=group))
+
+    assert message.startswith(f"gpu-platform:tenants[0].group: {group!r} {problem}") and "; " in message, message
+
+
+
 @pytest.mark.parametrize(("stack", "path", "value"), [
     ("prod", ("tenants", 2, "name"), "analytics\n"),
     ("prod", ("nodePools", 0, "name"), "l4-inference\n"),
@@ -258,6 +275,24 @@ def test_a_pod_sysctl_with_a_trailing_newline_is_refused() -> None:
     message = config_error(lambda v: profile(v)["podSysctls"].append("net.core.somaxconn\n"))
 
     assert "pool 'a100-training' profile.podSysctls: 'net.core.somaxconn\\n' is not a sysctl name" in message
+
+
+@pytest.mark.parametrize(("stack", "path", "value"), [
+    ("prod", ("nodePools", 1, "kernel"), "6.8.0-１０２１-aws"),
+    ("dev", ("nodePools", 1, "profile", "reservedCpus"), "０-1,48-49"),
+    ("dev", ("driver", "branch"), "５８０"),
+    ("dev", ("cluster", "release"), "4.18.２４"),
+    ("prod", ("cluster", "region"), "us-east-１"),
+    ("prod", ("cluster", "instanceProfile"), "prod-gpu-nödé"),
+    ("prod", ("cluster", "nodeTerminationHandlerRole"), "rôle"),
+])
+def test_non_ascii_digits_and_letters_are_refused_at_their_field(stack: str, path: tuple, value: str) -> None:
+    """`\\d` and `\\w` match any Unicode digit or letter; none of these names an AWS, NVIDIA or kernel object."""
+    message = config_error(lambda v: set_at(v, path, value), stack)
+
+    where = dotted(path[:2]) + ": kernel" if path[-1] == "kernel" else dotted(path)
+    assert message.startswith(where) and repr(value) in message, message
+
 
 
 @pytest.mark.parametrize(("stack", "mutate", "where"), [
@@ -736,6 +771,10 @@ def profile(values: Values) -> Values:
 @pytest.mark.parametrize(("mutate", "expected"), [
     (lambda v: profile(v).update(reservedCpus="0-1,96"), "reservedCpus '0-1,96' does not fit the 96 vCPUs"),
     (lambda v: profile(v).update(reservedCpus="0-95"), "does not fit the 96 vCPUs"),
+    (lambda v: profile(v).update(reservedCpus="5-1"),
+     "gpu-platform:nodePools[1].profile.reservedCpus: range 5-1 runs backwards; write 1-5"),
+    (lambda v: profile(v).update(reservedCpus="0-1,48-49,10-2"),
+     "gpu-platform:nodePools[1].profile.reservedCpus: range 10-2 runs backwards; write 2-10"),
     (lambda v: profile(v).update(hugepages={"1Gi": 1000}), "profile.hugepages take 1024000 MiB"),
     (lambda v: profile(v)["podSysctls"].append("vm.swappiness"),
      "pool 'a100-training' profile.podSysctls: 'vm.swappiness' is node-level"),
