@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pydantic
+from pydantic import SecretStr
 from rich.console import Console
 
 from gpuctl.stackfile import StackFile, load_stack_file, stack_file_path
-from stacks.config import PROJECT, ConfigError
+from stacks.config import PROJECT, ConfigError, docker_config_json
 from fleet.kernels import ObservedNode
 from stacks.inventory import parse_node_list
 
@@ -126,11 +127,20 @@ def with_pull_secret(stack: StackFile, path: str | None) -> StackFile:
     The value is never printed: errors name the file, not its content.
     """
     if path:
+        where, fix = f"--registry-pull-secret-file {path}", "pass the registry's .dockerconfigjson file"
         try:
             value = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            raise ConfigError(f"--registry-pull-secret-file {path}: cannot be read as UTF-8 text; "
-                              "pass the registry's .dockerconfigjson file") from None
+        except OSError as error:
+            raise ConfigError(f"{where}: {error.strerror or 'cannot be read'}; {fix}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{where}: cannot be read as UTF-8 text; {fix}") from None
+        if not value.strip():  # an explicit file that holds nothing must not deploy without a pull secret
+            raise ConfigError(f"{where}: is empty; {fix}")
+        try:
+            docker_config_json(SecretStr(value.strip()))
+        except ValueError:  # its content is never shown: it is a credential
+            raise ConfigError(f"{where}: is not a .dockerconfigjson document "
+                              '({"auths": {"<registry>": {"auth": "<base64>"}}}); ' + fix) from None
     else:
         value = os.environ.get(PULL_SECRET_ENV, "")
     if not value.strip():

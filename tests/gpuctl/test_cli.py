@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from gpuctl import __version__
@@ -87,12 +88,23 @@ def test_without_a_pull_secret_the_stack_renders_without_one(tmp_path) -> None:
     assert drivers and not any("imagePullSecrets" in d["spec"] for d in drivers)
 
 
-def test_an_unreadable_pull_secret_file_is_one_line_exit_2(tmp_path) -> None:
-    result = render(tmp_path, "--registry-pull-secret-file", str(tmp_path / "missing.json"))
+@pytest.mark.parametrize(("content", "problem"), [
+    (None, "No such file or directory"),
+    ("", "is empty"),  # not a quiet deploy without a pull secret
+    (" \n", "is empty"),
+    ('{"auths": {"nvcr.io": "c2VjcmV0"}}', "is not a .dockerconfigjson document"),
+])
+def test_a_bad_pull_secret_file_is_one_line_naming_the_file(tmp_path, content: str | None, problem: str) -> None:
+    secret_file = tmp_path / "config.json"
+    if content is not None:
+        secret_file.write_text(content)
+    result = render(tmp_path, "--registry-pull-secret-file", str(secret_file))
 
     assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and "--registry-pull-secret-file" in result.stderr
-    assert not (tmp_path / "out").exists()
+    assert result.stderr == (f"error: --registry-pull-secret-file {secret_file}: {problem}"
+                             + ("" if "document" not in problem else ' ({"auths": {"<registry>": {"auth": '
+                                '"<base64>"}}})') + "; pass the registry's .dockerconfigjson file\n")
+    assert "c2VjcmV0" not in result.stderr and not (tmp_path / "out").exists()
 
 
 def test_check_and_diff_load_no_pulumi_provider_nor_kubernetes_client(tmp_path) -> None:
