@@ -50,9 +50,6 @@ def _whole(value: Any) -> Any:
 
 # Integers as YAML writes them: never `true` (1), "2" nor 1.5.
 Int = Annotated[int, Strict(), BeforeValidator(_whole)]
-# A top-level switch: the Pulumi CLI hands the program a top-level `true` as the text "true"; `yes` stays refused.
-TopLevelBool = Annotated[StrictBool, BeforeValidator(lambda value: {"true": True, "false": False}.get(value, value)
-                                                     if isinstance(value, str) else value)]
 
 
 def _dns_label(max_length: int):
@@ -593,7 +590,7 @@ class StackConfig(StrictModel):
     images: ImagesConfig = ImagesConfig()
     monitoring: MonitoringConfig = MonitoringConfig()
     registry_pull_secret: Annotated[SecretStr, AfterValidator(docker_config_json)] | None = None
-    preflight: TopLevelBool = True
+    preflight: StrictBool = True
 
     @model_validator(mode="after")
     def _check(self) -> StackConfig:
@@ -804,7 +801,10 @@ def load_stack_config() -> StackConfig:
 
 
 def _decode(value: Any) -> Any:
-    """Structured stack values reach the program as JSON text; scalars stay as they are."""
+    """Structured stack values reach the program as JSON text, and a top-level `true` or `false` as that text;
+    other scalars stay as they are."""
+    if value in ("true", "false"):
+        return value == "true"
     if isinstance(value, str) and value[:1] in "[{":
         try:
             return json.loads(value)
