@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic.alias_generators import to_snake
 
 from gpuctl.__main__ import main as gpuctl, one_shot_collector
 from gpuctl.cli import load_plan
@@ -67,12 +68,16 @@ CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 clock = time.process_time
 
 
-def seconds(run) -> float:
-    """Seconds `run()` takes on the chosen clock, after collecting what earlier runs left (untimed)."""
-    gc.collect()
-    start = clock()
-    run()
-    return clock() - start
+def seconds(run, repeats: int = 1) -> float:
+    """Seconds `run()` takes on the chosen clock (the best of `repeats` runs), each after collecting what earlier
+    runs left (untimed)."""
+    spent = []
+    for _ in range(repeats):
+        gc.collect()
+        start = clock()
+        run()
+        spent.append(clock() - start)
+    return min(spent)
 
 
 def timed(*argv: str, repeats: int = 1) -> float:
@@ -84,7 +89,7 @@ def timed(*argv: str, repeats: int = 1) -> float:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             codes.append(gpuctl(list(argv)))
 
-    spent = min(seconds(run) for _ in range(repeats))
+    spent = seconds(run, repeats)
     if set(codes) - {0, 1}:  # 1: policy violations or changes found, still a full run
         raise SystemExit(f"gpuctl {' '.join(argv)} exited {codes[-1]}")
     return spent
@@ -125,10 +130,6 @@ def resource_class(type_token: str) -> type | None:
         return None
 
 
-def _keyword(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-
-
 def _register(record: dict[str, Any], opts: Any) -> Any:
     import pulumi
     import pulumi_kubernetes as k8s
@@ -139,7 +140,7 @@ def _register(record: dict[str, Any], opts: Any) -> Any:
     cls = resource_class(record["type"])
     if cls is not None:
         with contextlib.suppress(TypeError):  # a class whose arguments differ from its inputs: registered as below
-            return cls(record["name"], **{_keyword(key): value for key, value in inputs.items()}, opts=opts)
+            return cls(record["name"], **{to_snake(key): value for key, value in inputs.items()}, opts=opts)
     if record["type"].startswith("kubernetes:"):
         return k8s.apiextensions.CustomResource(record["name"], api_version=inputs.pop("apiVersion"),
                                                 kind=inputs.pop("kind"), metadata=inputs.pop("metadata", None),
@@ -176,7 +177,7 @@ def same_resources_render(plan: dict[str, Any]) -> float:
 
 
 def floor_load(*dirs: Path) -> float:
-    return min(seconds(lambda: [load_plan(directory) for directory in dirs]) for _ in range(REPEATS))
+    return seconds(lambda: [load_plan(directory) for directory in dirs], REPEATS)
 
 
 def measure(size: int, work: Path) -> dict:
