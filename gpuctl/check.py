@@ -244,12 +244,17 @@ def print_report(violations: list[Violation], resources: int, console: Console, 
     if violations:
         console.print(", ".join(f"{count} {level}" for level, count in level_counts(violations).items())
                       + " violation(s)")
-    elif policies == 0:
-        console.print("no policy ran: the pack config disables every one")
     else:
-        ran = len(POLICIES) if policies is None else policies
-        disabled = f" ({len(POLICIES) - ran} disabled by the pack config)" if ran < len(POLICIES) else ""
-        console.print(f"{ran} policies passed on {resources} resources{disabled}")
+        console.print(passed_line(policies, resources))
+
+
+def passed_line(policies: int | None, resources: int) -> str:
+    """What a clean run says: how many policies passed (`policies` ran; None: all), and how many were disabled."""
+    ran = len(POLICIES) if policies is None else policies
+    if ran == 0:
+        return "no policy ran: the pack config disables every one"
+    disabled = f" ({len(POLICIES) - ran} disabled by the pack config)" if ran < len(POLICIES) else ""
+    return f"{ran} policies passed on {resources} resources{disabled}"
 
 
 def read_policy_config(path: str | None) -> Any:

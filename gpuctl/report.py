@@ -413,12 +413,8 @@ def _policy_lines(review: Review) -> list[str]:
     if review.violations is None:
         return []
     if not review.violations:
-        ran = len(check.POLICIES) if review.policies is None else review.policies
-        if ran == 0:
-            return ["#### Policies", "", "No policy ran: the pack config disables every one.", ""]
-        disabled = f" ({len(check.POLICIES) - ran} disabled by the pack config)" if ran < len(check.POLICIES) else ""
-        return ["#### Policies", "", f"{'All ' if not disabled else ''}{ran} policies passed on {review.resources} "
-                f"resources{disabled}.", ""]
+        line = check.passed_line(review.policies, review.resources)
+        return ["#### Policies", "", f"{line[0].upper()}{line[1:]}.", ""]
     rows = [{"level": v.level, "policy": v.policy, "resource": v.name or "(stack)", "message": v.message}
             for v in review.violations]
     counts = ", ".join(f"{count} {level}" for level, count in check.level_counts(review.violations).items())
