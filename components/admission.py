@@ -41,6 +41,11 @@ VALIDATIONS = [
      f"NVIDIA_VISIBLE_DEVICES is set by the device plugin; request {GPU} instead"),
     ("variables.requestsGpu || !has(object.spec.runtimeClassName) || object.spec.runtimeClassName != 'nvidia'",
      f"runtimeClassName nvidia needs a {GPU} request"),
+    # A pod created with spec.nodeName skips the scheduler, and the kubelet re-checks only NoExecute taints: any pod
+    # could fill a GPU node past its NoSchedule taint. The scheduler binds through pods/binding, which this policy
+    # does not match, and nodeName cannot change after creation, so only CREATE is checked.
+    ("request.operation != 'CREATE' || !has(object.spec.nodeName)",
+     "tenant pods are placed by the scheduler: spec.nodeName skips the GPU taint; use a nodeSelector instead"),
 ]
 
 
@@ -59,8 +64,8 @@ class TenantAdmission(pulumi.ComponentResource):
     """A policy and its binding to every tenant namespace; the API server rejects a violating pod at creation.
 
     By default it closes the ways around the GPU quota that the quota alone cannot see: tolerating the GPU taint
-    without a GPU request, asking the runtime for devices by environment or runtime class, and preempting with a
-    priority class the tenant may not use.
+    without a GPU request, naming a node (which skips the taint), asking the runtime for devices by environment or
+    runtime class, and preempting with a priority class the tenant may not use.
     """
 
     def __init__(self, name: str, args: TenantAdmissionArgs, opts: pulumi.ResourceOptions | None = None):

@@ -17,10 +17,11 @@ PROGRAMS = {key: ENVIRONMENT.program(ENVIRONMENT.compile(expression)) for key, e
 RULES = [(ENVIRONMENT.program(ENVIRONMENT.compile(rule)), message) for rule, message in VALIDATIONS]
 
 
-def admit(pod: dict[str, Any], tenant_class: str = labels.LOW_PRIORITY_CLASS) -> list[str]:
+def admit(pod: dict[str, Any], tenant_class: str = labels.LOW_PRIORITY_CLASS, operation: str = "CREATE") -> list[str]:
     """The messages of the rules this pod breaks, evaluated as the API server does (variables first, in order)."""
     activation: dict[str, Any] = {
         "object": celpy.json_to_cel(pod),
+        "request": celpy.json_to_cel({"operation": operation}),
         "namespaceObject": celpy.json_to_cel(
             {"metadata": {"name": "team", "labels": {labels.TENANT_PRIORITY_LABEL: tenant_class}}}),
     }
@@ -83,11 +84,19 @@ def test_a_gpu_high_tenant_may_use_gpu_high() -> None:
     (variant(GPU_POD, initContainers=[{"name": "x", "image": "i:1",
                                        "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]),
      "gpu-low", "NVIDIA_VISIBLE_DEVICES is set by the device plugin"),
+    (variant(CPU_POD, nodeName="gpu-node-0"), "gpu-low", "spec.nodeName skips the GPU taint"),
+    (variant(GPU_POD, nodeName="gpu-node-0"), "gpu-low", "spec.nodeName skips the GPU taint"),
 ], ids=["toleration-without-gpu", "tolerate-everything", "gpu-pod-gpu-high", "cpu-pod-gpu-high", "system-class",
-        "openshift-class", "nvidia-runtime-without-gpu", "visible-devices-env", "visible-devices-in-init"])
+        "openshift-class", "nvidia-runtime-without-gpu", "visible-devices-env", "visible-devices-in-init",
+        "cpu-pod-names-node", "gpu-pod-names-node"])
 def test_abusive_pods_are_rejected(pod, tenant_class, reason) -> None:
     broken = admit(pod, tenant_class)
     assert any(reason in message for message in broken), broken
+
+
+def test_a_scheduled_pod_can_still_be_updated() -> None:
+    """Once the scheduler has bound a pod its nodeName is set: an update (a label, a finalizer) is not refused."""
+    assert admit(variant(GPU_POD, nodeName="gpu-node-0"), operation="UPDATE") == []
 
 
 def test_a_zero_gpu_request_is_no_gpu_request() -> None:
