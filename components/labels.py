@@ -25,6 +25,7 @@ GPU_NODE_SELECTOR = {NVIDIA_PCI_LABEL: "true"}
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-platform"}
 TENANT_LABEL = "gpu-platform.io/tenant"
 TENANT_PRIORITY_LABEL = "gpu-platform.io/priority-class"  # on a tenant namespace: the highest class it may use
+TENANT_ROLE = "gpu-platform-tenant"  # the ClusterRole a tenant's group holds in its namespace
 DRIVER_TARGET_LABEL = "gpu-platform.io/driver-target"
 KERNEL_ANNOTATION = "gpu-platform.io/kernel"
 OS_ANNOTATION = "gpu-platform.io/os"

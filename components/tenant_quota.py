@@ -1,4 +1,5 @@
-"""TenantQuota: a tenant's namespace, capped at its share of the GPUs, used by its own group only."""
+"""TenantQuota: a tenant's namespace, capped at its share of the GPUs, used by its own group only; and the
+ClusterRole that group holds there."""
 
 from __future__ import annotations
 
@@ -11,9 +12,38 @@ from components import labels
 from components.manifests import child_options, metadata
 
 
+_WRITE = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
+_READ = ["get", "list", "watch"]
+# What a tenant needs to run its workloads in its namespace, and read-only what the platform puts there. Unlike the
+# built-in `edit` role: no write on NetworkPolicies (policies add up, so any new one would widen the fence), no
+# impersonating service accounts or minting their tokens, no DaemonSets (node agents are the platform's).
+TENANT_RULES = [
+    {"apiGroups": [""], "resources": ["pods", "services", "configmaps", "secrets", "persistentvolumeclaims",
+                                      "serviceaccounts"], "verbs": _WRITE},
+    {"apiGroups": [""], "resources": ["pods/exec", "pods/attach", "pods/portforward"], "verbs": ["get", "create"]},
+    {"apiGroups": [""], "resources": ["pods/log", "pods/status", "events", "endpoints", "resourcequotas",
+                                      "limitranges"], "verbs": _READ},
+    {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets", "replicasets", "deployments/scale",
+                                          "statefulsets/scale"], "verbs": _WRITE},
+    {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": _WRITE},
+    {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": _WRITE},
+    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": _WRITE},
+    {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": _WRITE},
+    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": _READ},
+    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": _READ},
+    {"apiGroups": ["k8s.cni.cncf.io"], "resources": ["network-attachment-definitions"], "verbs": _READ},
+]
+
+
+def tenant_role(name: str, opts: pulumi.ResourceOptions) -> k8s.rbac.v1.ClusterRole:
+    """The ClusterRole every tenant's group is bound to, in its own namespace only (a RoleBinding)."""
+    return k8s.rbac.v1.ClusterRole(name, metadata=metadata(labels.TENANT_ROLE), rules=TENANT_RULES, opts=opts)
+
+
 @dataclass(frozen=True)
 class TenantQuotaArgs:
-    """One tenant: its name, GPU quota, priority class and the group that works in its namespace."""
+    """One tenant: its name, GPU quota, priority class and the group that works in its namespace (holding the
+    ClusterRole `role` there)."""
 
     name: str
     gpus: int
@@ -24,11 +54,12 @@ class TenantQuotaArgs:
     pods: int = 200
     scrapers: tuple[str, ...] = ()  # namespaces whose Prometheus may reach the tenant's pods
     pod_security: str = "baseline"
+    role: str = labels.TENANT_ROLE
     protect: bool = True  # the engine refuses to delete a protected namespace: removal takes `retired: true` first
 
 
 class TenantQuota(pulumi.ComponentResource):
-    """Namespace with pod security, GPU and compute quotas, a LimitRange, a fence, and a RoleBinding.
+    """Namespace with pod security, GPU and compute quotas, a LimitRange, a fence, and its group's RoleBinding.
 
     GPU pods may only use the tenant's own priority class (a low-priority tenant cannot claim `gpu-high`), and
     no tenant pod may use the `system-*` classes that would let it preempt node agents. The namespace admits
@@ -82,7 +113,7 @@ class TenantQuota(pulumi.ComponentResource):
                   for scraper in args.scrapers),
             ]}],
         }, opts=child)
-        k8s.rbac.v1.RoleBinding(f"{name}-edit", metadata=metadata(f"{args.name}-edit", args.name), subjects=[
+        k8s.rbac.v1.RoleBinding(f"{name}-members", metadata=metadata(f"{args.name}-members", args.name), subjects=[
             {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": args.group}],
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"}, opts=child)
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": args.role}, opts=child)
         self.register_outputs({"namespace": self.namespace, "gpus": self.gpus})

@@ -582,7 +582,7 @@ def _tenant_rbac(args: StackValidationArgs, report: ReportViolation) -> None:
         grant = _excessive_grant(binding.props.get("roleRef") or {}, namespace, roles)
         if grant:
             report(f"{describe(binding.resource_type, binding.props)} grants tenant {namespace} {grant}; bind a "
-                   "narrower role such as the built-in edit ClusterRole", binding.urn)
+                   "narrower role such as the platform's gpu-platform-tenant ClusterRole", binding.urn)
     for binding in found.of_kind("ClusterRoleBinding"):
         subjects = [s for s in items(binding.props.get("subjects"))
                     if (s.get("kind"), s.get("name")) in tenant_groups or s.get("namespace") in tenants]

@@ -20,7 +20,7 @@ from components.node_pool import (AutoScalingPlacement, GpuNodePool, GpuNodePool
                                   MachineSetPlacement, cluster_autoscaler)
 from components.node_profile import NodeTuning
 from components.tenant_network import TenantNetwork, network_admission_args
-from components.tenant_quota import TenantQuota, TenantQuotaArgs
+from components.tenant_quota import TenantQuota, TenantQuotaArgs, tenant_role
 from fleet.kernels import KernelInventory
 from stacks.config import NodePoolConfig, StackConfig
 from stacks.tuning import PoolTuning, node_profile, tenant_network_args
@@ -87,6 +87,7 @@ class GpuPlatform(pulumi.ComponentResource):
         ), after_install)
 
         priority_classes = self._priority_classes()
+        role = tenant_role("tenant-role", pulumi.ResourceOptions(parent=self))
         # Both bound before any tenant namespace exists, so no tenant pod is ever admitted unchecked.
         admission = TenantAdmission("tenant-admission", TenantAdmissionArgs(), pulumi.ResourceOptions(parent=self))
         network_admission = TenantAdmission("tenant-network-admission", network_admission_args(),
@@ -96,7 +97,7 @@ class GpuPlatform(pulumi.ComponentResource):
                 name=tenant.name, gpus=tenant.gpus, priority_class=tenant.priority_class, group=tenant.rbac_group,
                 cpu=tenant.cpu, memory=tenant.memory, pods=tenant.pods, scrapers=cluster.scrapers,
                 protect=not tenant.retired,
-            ), pulumi.ResourceOptions(parent=self, depends_on=[*priority_classes, admission, network_admission]))
+            ), pulumi.ResourceOptions(parent=self, depends_on=[*priority_classes, role, admission, network_admission]))
             for tenant in config.tenants
         }
         for tenant in config.tenants:

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from components import labels
 from tests.conftest import Plan, render_stack, stack_config
 
 GPU = "nvidia.com/gpu"
@@ -77,10 +78,13 @@ def test_limit_range_defaults_cpu_and_memory_but_never_gpus(dev_plan, prod_plan,
 
 
 @pytest.mark.parametrize(("stack", "name"), TENANTS)
-def test_tenant_group_can_edit_its_namespace(dev_plan, prod_plan, stack: str, name: str) -> None:
-    binding = plan_of(stack, dev_plan, prod_plan).manifest("RoleBinding", f"{name}-edit", name)
+def test_tenant_group_holds_the_tenant_role_in_its_namespace(dev_plan, prod_plan, stack: str, name: str) -> None:
+    plan = plan_of(stack, dev_plan, prod_plan)
+    binding = plan.manifest("RoleBinding", f"{name}-members", name)
 
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"}
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": labels.TENANT_ROLE}
+    assert plan.manifest("ClusterRole", labels.TENANT_ROLE)["rules"]
     group = tenant_config(stack, name).get("group", name)
     assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}]
 

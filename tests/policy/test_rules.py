@@ -389,10 +389,10 @@ CASES: list[Case] = [
 
     ("wildcard-role-for-operator", "tenant-rbac-least-privilege", "dev", bind_wildcard_in_operator_namespace, False,
      None),
-    ("tenant-cluster-admin", "tenant-rbac-least-privilege", "dev", lambda d: inputs(d, "tenant-vision-edit")[
-        "roleRef"].update(name="cluster-admin"), True, "tenant-vision-edit"),
+    ("tenant-cluster-admin", "tenant-rbac-least-privilege", "dev", lambda d: inputs(d, "tenant-vision-members")[
+        "roleRef"].update(name="cluster-admin"), True, "tenant-vision-members"),
     ("tenant-wildcard-role", "tenant-rbac-least-privilege", "dev",
-     lambda d: inputs(d, "tenant-vision-edit").update(roleRef=wildcard_role(d, "vision")), True, "tenant-vision-edit"),
+     lambda d: inputs(d, "tenant-vision-members").update(roleRef=wildcard_role(d, "vision")), True, "tenant-vision-members"),
     ("tenant-group-cluster-admin", "tenant-rbac-least-privilege", "dev", bind_tenant_cluster_wide, True,
      "vision-admin"),
 
