@@ -1,11 +1,12 @@
-# The two commands of the README: `make render` (set up, then render the dev stack into build/dev)
-# and `make test`. Both create .venv from requirements.lock on first use.
+# The commands of the README: `make render` (set up, then render the dev stack into build/dev), `make test`,
+# and `make e2e` (build the real control plane from Go modules, then run every stack against it).
+# All create .venv from requirements.lock on first use.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STACK ?= dev
 
-.PHONY: setup render test bench clean
+.PHONY: setup render test e2e-tools e2e bench clean
 
 $(BIN)/pytest: requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +21,14 @@ render: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok, from the pins in e2e/tools/*/go.mod,
+# into .e2e-cache/bin; rebuilt only when a pin changes.
+e2e-tools:
+	e2e/tools/build.sh
+
+e2e: setup e2e-tools
+	$(BIN)/python -m pytest -q e2e
 
 bench: setup
 	$(BIN)/python -m benchmarks.fleet

@@ -1,0 +1,116 @@
+"""Fixtures of the end-to-end suite: one real control plane per shipped stack, the stack applied to it.
+
+Every stack gets a fresh cluster (its cluster-scoped objects would collide with another stack's): CRDs installed from
+`../shared/reference/crds`, the namespaces the cluster already has, kwok nodes shaped like the stack's pools, then the
+stack's manifests applied in plan order with server-side apply, a server dry run first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.cluster import BIN, ControlPlane, missing_tools
+from e2e.kube import Kube, wait_for
+from e2e.stack import Stack
+from tests.conftest import ROOT
+
+CRDS = ROOT.parent / "shared" / "reference" / "crds"
+# Stand-ins for what the cluster has before the stack: the RuntimeClass the GPU Operator creates, and on OpenShift
+# the priority class OpenShift ships for user workloads.
+NVIDIA_RUNTIME_CLASS = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
+                        "handler": "nvidia"}
+OPENSHIFT_PRIORITY_CLASS = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                            "metadata": {"name": "openshift-user-critical"}, "value": 1000000000}
+STACKS = sorted(path.name.split(".")[1] for path in ROOT.glob("Pulumi.*.yaml"))
+
+
+@dataclass
+class Applied:
+    """A stack applied to its own control plane, with what the API server said about each object."""
+
+    stack: Stack
+    plane: ControlPlane
+    admin: Kube
+    rejected: dict[str, str] = field(default_factory=dict)  # object -> the API server's message
+    live: dict[str, dict[str, Any]] = field(default_factory=dict)  # object -> as stored after the apply
+
+    def user(self, name: str, group: str) -> Kube:
+        return Kube(self.plane.kubeconfig, user=name, group=group)
+
+
+def object_key(obj: dict[str, Any]) -> str:
+    meta = obj["metadata"]
+    return "/".join(part for part in (obj["kind"], meta.get("namespace"), meta["name"]) if part)
+
+
+def install_crds(admin: Kube) -> None:
+    documents = [doc for path in sorted(CRDS.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text()) if doc]
+    for crd in documents:
+        admin.apply(crd)
+    for crd in documents:
+        wait_for(lambda: any(c["type"] == "Established" and c["status"] == "True" for c in
+                             (admin.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd["metadata"]["name"])
+                              or {}).get("status", {}).get("conditions", [])),
+                 f"CRD {crd['metadata']['name']} established", timeout=60)
+
+
+def apply_stack(applied: Applied) -> None:
+    """Server dry run of every object, then the real apply, in plan order; refusals are recorded, not raised."""
+    from kubernetes.dynamic.exceptions import ApiException
+
+    for obj in applied.stack.objects():
+        key = object_key(obj)
+        try:
+            applied.admin.apply(obj, dry_run=True)
+            applied.live[key] = applied.admin.apply(obj)
+        except ApiException as error:
+            applied.rejected[key] = (yaml.safe_load(error.body) or {}).get("message", error.body) if error.body \
+                else str(error)
+
+
+@pytest.fixture(scope="session")
+def tools() -> Path:
+    missing = missing_tools()
+    if missing:
+        pytest.fail(f"{', '.join(missing)} not built in {BIN}: run `make e2e` (it builds them first) or "
+                    "`e2e/tools/build.sh`", pytrace=False)
+    return BIN
+
+
+@pytest.fixture(scope="session", params=STACKS)
+def applied(request, tools, tmp_path_factory) -> Iterator[Applied]:
+    if not CRDS.is_dir():
+        pytest.skip(f"{CRDS} is not beside the project here: the stacks' custom resources need their CRDs")
+    stack = Stack.render(request.param)
+    with ControlPlane.start(tmp_path_factory.mktemp(f"cluster-{request.param}")) as plane:
+        admin = Kube(plane.kubeconfig)
+        install_crds(admin)
+        for namespace in stack.missing_namespaces():
+            admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        for stand_in in [NVIDIA_RUNTIME_CLASS, *([OPENSHIFT_PRIORITY_CLASS] if stack.openshift else [])]:
+            admin.apply(stand_in)
+        for node in stack.nodes():
+            admin.create(node)
+        wait_for(lambda: all(_ready(admin.get("v1", "Node", n["metadata"]["name"])) for n in stack.nodes()),
+                 "every kwok node Ready", timeout=60)
+        applied = Applied(stack, plane, admin)
+        apply_stack(applied)
+        # The controller manager at work: the default ServiceAccount of every namespace (pods need it) and the
+        # aggregated default ClusterRoles.
+        for namespace in [obj["metadata"]["name"] for obj in stack.objects() if obj["kind"] == "Namespace"]:
+            wait_for(lambda: admin.get("v1", "ServiceAccount", "default", namespace), f"{namespace}/default", 30)
+        wait_for(lambda: admin.get("rbac.authorization.k8s.io/v1", "ClusterRole", "edit").get("rules"),
+                 "the edit ClusterRole aggregated", timeout=30)
+        yield applied
+        admin.close()
+
+
+def _ready(node: dict[str, Any] | None) -> bool:
+    conditions = (node or {}).get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)

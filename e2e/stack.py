@@ -1,0 +1,116 @@
+"""What a rendered stack asks of a cluster: its Kubernetes objects in the order the engine creates them, the
+namespaces it expects the cluster to have, and kwok nodes shaped like its pools."""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from components import labels
+from components.driver import kernel_node_selector
+from e2e.cluster import kwok_node
+from gpuctl.render import manifests
+from stacks.config import StackConfig, parse_stack_config
+from tests.conftest import Plan, config_values, render_stack
+
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"  # set by GPU feature discovery on nodes with a working driver
+CPU_NODES = 2
+
+
+@dataclass(frozen=True)
+class Stack:
+    name: str
+    plan: Plan
+    config: StackConfig
+
+    @classmethod
+    def render(cls, name: str) -> Stack:
+        return cls(name, render_stack(name), parse_stack_config(config_values(name)))
+
+    @property
+    def openshift(self) -> bool:
+        return self.config.cluster.flavor == "openshift"
+
+    def objects(self) -> list[dict[str, Any]]:
+        """Every Kubernetes object of the plan, in the order the engine creates them: a resource only after every
+        resource it depends on (the mock runtime records registrations, which need not come in that order)."""
+        return manifests({"resources": dependency_order(self.plan.resources)})
+
+    def missing_namespaces(self) -> list[str]:
+        """Namespaces the stack's objects live in that the stack does not create: the cluster's own."""
+        created = {obj["metadata"]["name"] for obj in self.objects() if obj["kind"] == "Namespace"}
+        used = {obj["metadata"]["namespace"] for obj in self.objects() if obj["metadata"].get("namespace")}
+        return sorted(used - created - {"default", "kube-system"})
+
+    def tenants(self, priority_class: str | None = None) -> list[Any]:
+        return [tenant for tenant in self.config.tenants
+                if priority_class is None or tenant.priority_class == priority_class]
+
+    def gpus_per_node(self, pool: Any) -> int:
+        """What the device plugin advertises on one node of the pool: its GPUs, times the time-slicing replicas."""
+        return pool.instance.gpus * (self.config.device_plugin.time_slicing_replicas or 1)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """kwok nodes: each pool's replicas with the labels and taints its machines register with (from the
+        plan), the labels NFD and GPU feature discovery add, and the GPUs the device plugin advertises; plus
+        untainted CPU nodes."""
+        nodes = []
+        for pool in self.config.node_pools:
+            node_labels, taints = self._registration(pool.name)
+            node_labels |= kernel_node_selector(self.config.kernel_target(pool)) | {GPU_PRESENT_LABEL: "true"}
+            capacity = {"cpu": str(pool.instance.vcpus), "memory": f"{pool.instance.memory_mib}Mi", "pods": "110",
+                        labels.GPU_RESOURCE: str(self.gpus_per_node(pool))}
+            nodes += [kwok_node(f"{pool.name}-{index}", labels=node_labels, capacity=capacity, taints=taints)
+                      for index in range(pool.replicas)]
+        return nodes + [kwok_node(f"cpu-{index}", labels={}, capacity={"cpu": "32", "memory": "128Gi", "pods": "110"})
+                        for index in range(CPU_NODES)]
+
+    def _registration(self, pool: str) -> tuple[dict[str, str], list[dict[str, str]]]:
+        """The labels and taints the pool's machines register with: a MachineSet's template, or the kubelet
+        flags of an Auto Scaling Group's launch template."""
+        for resource in self.plan.resources:
+            inputs = resource["inputs"]
+            if resource["type"].endswith(":MachineSet"):
+                spec = inputs["spec"]["template"]["spec"]
+                node_labels = spec.get("metadata", {}).get("labels", {})
+                if node_labels.get(labels.POOL_LABEL) == pool:
+                    return dict(node_labels), list(spec.get("taints", []))
+            if resource["type"] == "aws:ec2/launchTemplate:LaunchTemplate" and "userData" in inputs:
+                script = base64.b64decode(inputs["userData"]).decode()
+                node_labels = dict(item.split("=", 1) for item in _flag(script, "node-labels").split(","))
+                if node_labels.get(labels.POOL_LABEL) == pool:
+                    taints = [_taint(item) for item in _flag(script, "register-with-taints").split(",")]
+                    return node_labels, taints
+        raise LookupError(f"no MachineSet or launch template registers nodes of pool {pool}")
+
+
+def dependency_order(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Resources sorted so that each follows its dependencies, otherwise in registration order."""
+    done: set[str] = set()
+    ordered: list[dict[str, Any]] = []
+    pending = list(resources)
+    while pending:
+        ready = [resource for resource in pending if set(resource["dependencies"]) <= done]
+        if not ready:
+            raise ValueError(f"dependency cycle among {[resource['urn'] for resource in pending]}")
+        for resource in ready:
+            done.add(resource["urn"])
+        ordered += ready
+        pending = [resource for resource in pending if resource["urn"] not in done]
+    return ordered
+
+
+def _flag(script: str, name: str) -> str:
+    match = re.search(rf"--{name}=([^\s']+)", script)
+    if not match:
+        raise LookupError(f"--{name} is not in the launch template's kubelet flags")
+    return match.group(1)
+
+
+def _taint(text: str) -> dict[str, str]:
+    """`key=value:Effect` or `key:Effect`, as the kubelet's --register-with-taints takes it."""
+    key_value, effect = text.rsplit(":", 1)
+    key, _, value = key_value.partition("=")
+    return {"key": key, "effect": effect, **({"value": value} if value else {})}

@@ -1,0 +1,263 @@
+"""The README's promises about tenants, held by the real API server (quota, admission, RBAC) and the real scheduler.
+
+Each request is made as a tenant: a user the admin impersonates, in the tenant's group, with only the RBAC the
+stack grants that group. Pods run on kwok nodes shaped like the stack's pools (GPU taint, pool labels, advertised
+GPUs); nothing runs in them. NetworkPolicies are stored but not enforced here (no CNI): what a tenant may do to
+them is tested, not the traffic they stop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes.dynamic.exceptions import NotFoundError
+
+from components import labels
+from components.admission import VALIDATIONS
+from components.tenant_network import DEFAULT_NETWORK_ANNOTATION, NETWORKS_ANNOTATION
+from components.tenant_network import VALIDATIONS as NETWORK_VALIDATIONS
+from e2e.conftest import Applied
+from e2e.kube import Kube, refusal, wait_for
+
+GPU = labels.GPU_RESOURCE
+PAUSE = "registry.k8s.io/pause:3.10"
+# What kwok and the scheduler need at most to settle a pod.
+SETTLE_SECONDS = 60
+
+
+def message(rule_start: str) -> str:
+    """The admission policy's own message for the rule whose CEL starts so (not a copy of its text)."""
+    return next(text for rule, text in VALIDATIONS if rule.startswith(rule_start))
+
+
+def pod(name: str, *, gpus: int = 0, pool: str | None = None, tolerate: bool = False, **spec: Any) -> dict:
+    container: dict[str, Any] = {"name": "main", "image": PAUSE}
+    if gpus:
+        container["resources"] = {"limits": {GPU: str(gpus)}}
+    body: dict[str, Any] = {"containers": [container], **spec}
+    if pool:
+        body["nodeSelector"] = {labels.POOL_LABEL: pool}
+    if tolerate or gpus:
+        body["tolerations"] = [dict(labels.GPU_TOLERATION)]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": body}
+
+
+def in_namespace(obj: dict, namespace: str) -> dict:
+    return {**obj, "metadata": {**obj["metadata"], "namespace": namespace}}
+
+
+@pytest.fixture
+def cluster(applied: Applied) -> Iterator[Applied]:
+    """The applied stack, with every tenant workload removed after the test."""
+    yield applied
+    for tenant in applied.stack.config.tenants:
+        for api_version, kind in (("batch/v1", "CronJob"), ("batch/v1", "Job"), ("apps/v1", "Deployment"),
+                                  ("apps/v1", "ReplicaSet"), ("v1", "Pod")):
+            for obj in applied.admin.list(api_version, kind, tenant.name):
+                try:
+                    applied.admin.delete(api_version, kind, obj["metadata"]["name"], tenant.name)
+                except NotFoundError:  # gone with its owner meanwhile
+                    pass
+        wait_for(lambda: not applied.admin.list("v1", "Pod", tenant.name), f"pods of {tenant.name} gone",
+                 timeout=SETTLE_SECONDS)
+
+
+def as_tenant(applied: Applied, tenant: Any) -> Kube:
+    return applied.user(f"{tenant.name}-member", tenant.group)
+
+
+def gpu_nodes(applied: Applied, pool: str) -> set[str]:
+    return {node["metadata"]["name"] for node in applied.stack.nodes()
+            if node["metadata"]["labels"].get(labels.POOL_LABEL) == pool}
+
+
+def running(kube: Kube, name: str, namespace: str) -> dict:
+    def probe() -> dict | None:
+        found = kube.get("v1", "Pod", name, namespace)
+        return found if found and found["status"].get("phase") == "Running" else None
+    return wait_for(probe, f"pod {namespace}/{name} Running", timeout=SETTLE_SECONDS)
+
+
+def test_a_gpu_pod_within_quota_runs_on_a_node_of_its_pool(cluster: Applied) -> None:
+    tenant = cluster.stack.config.tenants[0]
+    pool = cluster.stack.config.node_pools[0]
+    user = as_tenant(cluster, tenant)
+    user.create(in_namespace(pod("train", gpus=1, pool=pool.name), tenant.name))
+    placed = running(cluster.admin, "train", tenant.name)
+    assert placed["spec"]["nodeName"] in gpu_nodes(cluster, pool.name)
+
+
+def test_a_gpu_pod_over_quota_is_refused_by_the_quota(cluster: Applied) -> None:
+    tenant = cluster.stack.config.tenants[0]
+    user = as_tenant(cluster, tenant)
+    text = refusal(lambda: user.create(in_namespace(pod("greedy", gpus=tenant.gpus + 1), tenant.name)))
+    assert "exceeded quota: gpu-quota" in text and f"requests.{GPU}" in text
+
+
+@pytest.mark.parametrize("name, spec, refused_by", [
+    ("tolerates the GPU taint", {"tolerate": True}, "variables.requestsGpu || !has(object.spec.tolerations)"),
+    ("tolerates every taint", {"tolerations": [{"operator": "Exists"}]},
+     "variables.requestsGpu || !has(object.spec.tolerations)"),
+    ("names a GPU node", {"nodeName": "{gpu_node}"}, "request.operation != 'CREATE' || !has(object.spec.nodeName)"),
+    ("sets NVIDIA_VISIBLE_DEVICES", {"containers": [{"name": "main", "image": PAUSE, "env": [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]}, "!variables.containers.exists"),
+    ("asks for the nvidia runtime", {"runtimeClassName": "nvidia"}, "variables.requestsGpu || !has(object.spec.run"),
+    ("takes a system priority class", {"priorityClassName": "system-node-critical"},
+     "!has(object.spec.priorityClassName) || !(object"),
+    ("takes an OpenShift priority class", {"priorityClassName": "openshift-user-critical"},
+     "!has(object.spec.priorityClassName) || !(object"),
+])
+def test_a_pod_without_a_gpu_request_cannot_reach_gpus(cluster: Applied, name: str, spec: dict, refused_by: str) -> None:
+    """Each way onto a GPU node, or to GPU devices, without a GPU request: refused by the admission policy."""
+    if "OpenShift" in name and not cluster.stack.openshift:
+        pytest.skip("OpenShift's priority classes exist on OpenShift only")
+    tenant = cluster.stack.config.tenants[0]
+    gpu_node = next(iter(gpu_nodes(cluster, cluster.stack.config.node_pools[0].name)))
+    spec = {key: (value.format(gpu_node=gpu_node) if isinstance(value, str) else value) for key, value in spec.items()}
+    body = pod("sneaky", tolerate=spec.pop("tolerate", False))
+    body["spec"].update(spec)
+    text = refusal(lambda: as_tenant(cluster, tenant).create(in_namespace(body, tenant.name)))
+    assert message(refused_by) in text, name
+
+
+@pytest.mark.parametrize("annotations, rule", [
+    ({NETWORKS_ANNOTATION: "{other}/collective"}, 0),
+    ({NETWORKS_ANNOTATION: '[{{"name": "collective", "namespace": "{other}"}}]'}, 0),
+    ({DEFAULT_NETWORK_ANNOTATION: "{other}/collective"}, 1),
+], ids=["another-namespace", "another-namespace-json", "default-network-swap"])
+def test_a_tenant_pod_keeps_to_its_own_networks(cluster: Applied, annotations: dict, rule: int) -> None:
+    """Multus attaches whatever network a pod's annotations name: the network policy refuses another namespace's
+    networks and a swap of the cluster network (which would leave the tenant's fence)."""
+    if len(cluster.stack.config.tenants) < 2:
+        pytest.skip("one tenant")
+    tenant, other = cluster.stack.config.tenants[0], cluster.stack.config.tenants[-1]
+    body = pod("wired")
+    body["metadata"]["annotations"] = {key: value.format(other=other.name) for key, value in annotations.items()}
+    text = refusal(lambda: as_tenant(cluster, tenant).create(in_namespace(body, tenant.name)))
+    assert NETWORK_VALIDATIONS[rule][1] in text
+
+
+def _template(kind: str, pod_spec: dict) -> dict:
+    template = {"metadata": {"labels": {"app": "sneaky"}}, "spec": pod_spec}
+    if kind == "Deployment":
+        return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "sneaky"},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "sneaky"}}, "template": template}}
+    job = {"template": {**template, "spec": {**pod_spec, "restartPolicy": "Never"}}, "backoffLimit": 0}
+    if kind == "Job":
+        return {"apiVersion": "batch/v1", "kind": kind, "metadata": {"name": "sneaky"}, "spec": job}
+    return {"apiVersion": "batch/v1", "kind": kind, "metadata": {"name": "sneaky"},
+            "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": job}}}
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "Job", "CronJob"])
+@pytest.mark.parametrize("way", ["toleration", "nodeName"])
+def test_no_workload_template_puts_a_cpu_pod_on_a_gpu_node(cluster: Applied, kind: str, way: str) -> None:
+    """A controller creates the pods of a Deployment, Job or CronJob; the policy refuses them all the same, so no
+    pod of the template ever exists, let alone on a GPU node."""
+    tenant = cluster.stack.config.tenants[0]
+    pool = cluster.stack.config.node_pools[0].name
+    pod_spec = pod("x", pool=pool, tolerate=True)["spec"] if way == "toleration" else \
+        {**pod("x")["spec"], "nodeName": next(iter(gpu_nodes(cluster, pool)))}
+    as_tenant(cluster, tenant).create(in_namespace(_template(kind, pod_spec), tenant.name))
+    expected = message("variables.requestsGpu || !has(object.spec.tolerations)" if way == "toleration"
+                       else "request.operation != 'CREATE' || !has(object.spec.nodeName)")
+
+    def refused_event() -> bool:
+        events = cluster.admin.list("v1", "Event", tenant.name)
+        return any(event["reason"] == "FailedCreate" and expected in event["message"] for event in events)
+
+    wait_for(refused_event, f"the {kind}'s controller refused a pod", timeout=90 if kind == "CronJob" else 30)
+    assert cluster.admin.list("v1", "Pod", tenant.name) == []
+
+
+def test_a_gpu_low_tenant_cannot_take_gpu_high(cluster: Applied) -> None:
+    low = cluster.stack.tenants(labels.LOW_PRIORITY_CLASS)
+    if not low:
+        pytest.skip(f"stack {cluster.stack.name} has no gpu-low tenant")
+    body = pod("jump", gpus=1, priorityClassName=labels.HIGH_PRIORITY_CLASS)
+    text = refusal(lambda: as_tenant(cluster, low[0]).create(in_namespace(body, low[0].name)))
+    assert f"may not use priority class {labels.HIGH_PRIORITY_CLASS}" in text
+
+
+def test_a_gpu_high_pod_preempts_a_gpu_low_pod_on_a_full_pool(cluster: Applied) -> None:
+    """The smallest pool is filled with 1-GPU pods, gpu-low first; one more gpu-high pod makes the real scheduler
+    evict a gpu-low pod and place the new one."""
+    stack = cluster.stack
+    low, high = stack.tenants(labels.LOW_PRIORITY_CLASS), stack.tenants(labels.HIGH_PRIORITY_CLASS)
+    if not (low and high):
+        pytest.skip(f"stack {stack.name} needs a gpu-low and a gpu-high tenant")
+    low, high = low[0], max(high, key=lambda tenant: tenant.gpus)
+    pool = min(stack.config.node_pools, key=lambda p: p.replicas * stack.gpus_per_node(p))
+    capacity = pool.replicas * stack.gpus_per_node(pool)
+    low_pods = min(low.gpus, capacity)
+    high_pods = capacity - low_pods
+    if high_pods + 1 > high.gpus:
+        pytest.skip(f"{high.name}'s quota cannot cover what {low.name} leaves of pool {pool.name}")
+    for tenant, count, tier in ((low, low_pods, labels.LOW_PRIORITY_CLASS), (high, high_pods, labels.HIGH_PRIORITY_CLASS)):
+        for index in range(count):
+            body = pod(f"fill-{index}", gpus=1, pool=pool.name, priorityClassName=tier)
+            as_tenant(cluster, tenant).create(in_namespace(body, tenant.name))
+            running(cluster.admin, f"fill-{index}", tenant.name)
+    as_tenant(cluster, high).create(in_namespace(
+        pod("urgent", gpus=1, pool=pool.name, priorityClassName=labels.HIGH_PRIORITY_CLASS), high.name))
+    placed = running(cluster.admin, "urgent", high.name)
+    assert placed["spec"]["nodeName"] in gpu_nodes(cluster, pool.name)
+    assert len(cluster.admin.list("v1", "Pod", low.name)) == low_pods - 1  # one gpu-low pod was evicted
+    assert len([p for p in cluster.admin.list("v1", "Pod", high.name)]) == high_pods + 1
+
+
+# Everything a tenant's workloads are made of, and the platform's objects around them.
+RESOURCES = [("", "pods"), ("", "secrets"), ("", "configmaps"), ("", "services"), ("apps", "deployments"),
+             ("batch", "jobs"), ("batch", "cronjobs"), ("networking.k8s.io", "networkpolicies"),
+             ("", "resourcequotas"), ("", "limitranges"), ("rbac.authorization.k8s.io", "rolebindings")]
+VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
+
+
+def test_a_tenant_can_do_nothing_in_another_tenants_namespace(cluster: Applied) -> None:
+    tenants = cluster.stack.config.tenants
+    if len(tenants) < 2:
+        pytest.skip("one tenant")
+    for tenant in tenants:
+        user = as_tenant(cluster, tenant)
+        for other in tenants:
+            if other is tenant:
+                continue
+            allowed = [f"{verb} {resource}" for group, resource in RESOURCES for verb in VERBS
+                       if user.can(verb, resource, other.name, group)]
+            assert allowed == [], f"{tenant.name} in {other.name}"
+            refusal(lambda: user.list("v1", "Pod", other.name))
+
+
+def test_a_tenant_runs_its_own_workloads(cluster: Applied) -> None:
+    """The positive control of the RBAC tests: the tenant's group may do its work in its own namespace."""
+    tenant = cluster.stack.config.tenants[0]
+    user = as_tenant(cluster, tenant)
+    for group, resource in [("", "pods"), ("", "secrets"), ("", "configmaps"), ("", "services"),
+                            ("apps", "deployments"), ("batch", "jobs"), ("batch", "cronjobs")]:
+        for verb in VERBS:
+            assert user.can(verb, resource, tenant.name, group), f"{verb} {resource}"
+    user.create(in_namespace(pod("web"), tenant.name))
+    placed = running(cluster.admin, "web", tenant.name)
+    assert placed["spec"]["nodeName"].startswith("cpu-")
+
+
+def test_a_tenant_cannot_change_the_platforms_objects_in_its_namespace(cluster: Applied) -> None:
+    """The fence, the quotas, the limit range and the binding are the platform's: a tenant may read them, not
+    delete, change or add to them (a second NetworkPolicy would widen the fence: policies add up)."""
+    tenant = cluster.stack.config.tenants[0]
+    user = as_tenant(cluster, tenant)
+    platform = [obj for obj in cluster.stack.objects() if obj["metadata"].get("namespace") == tenant.name]
+    assert {obj["kind"] for obj in platform} >= {"NetworkPolicy", "ResourceQuota", "LimitRange", "RoleBinding"}
+    for obj in platform:
+        api_version, kind, name = obj["apiVersion"], obj["kind"], obj["metadata"]["name"]
+        refusal(lambda: user.delete(api_version, kind, name, tenant.name))
+        widened = {**obj, "metadata": {"name": name, "namespace": tenant.name}}
+        refusal(lambda: user.apply(widened))
+    fence = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+             "metadata": {"name": "open", "namespace": tenant.name},
+             "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{}]}}
+    refusal(lambda: user.create(fence))
+    assert not user.can("impersonate", "serviceaccounts", tenant.name)
+    assert not user.can("create", "serviceaccounts", tenant.name, subresource="token")

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Build the real parts of the end-to-end suite from their published Go modules, pinned by the wrapper modules
+# beside this script (etcd/, kwok/, k8s/: go.mod + go.sum), into a git-ignored tool folder:
+#   e2e/tools/build.sh [BIN_DIR]      (default: .e2e-cache/bin in the project)
+# A tool is rebuilt only when its pins, this script or the Go version change (a stamp per tool records them), so
+# a warm run returns in seconds. Go's own module and build caches stay where Go keeps them, shared by every
+# clone on the machine. Nothing is downloaded but Go modules from the module proxy.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+bin=${1:-"$here/../../.e2e-cache/bin"}
+mkdir -p "$bin"
+bin=$(cd "$bin" && pwd)
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -modcacherw -trimpath"
+
+# The Kubernetes release of k8s/go.mod, and the version stamp `kube-apiserver --version` and /version report
+# (the -X set of kubernetes' hack/lib/version.sh; without it the server says v0.0.0-master).
+K8S=$(cd "$here/k8s" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
+minor=$(echo "$K8S" | cut -d. -f2)
+k8s_ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  k8s_ldflags+=" -X $pkg.gitVersion=$K8S -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+done
+k8s_ldflags+=" -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
+
+# build TOOL OUTPUTS... -- GO_BUILD_ARGS...: skip when the stamp matches and every output exists.
+build() {
+  local tool=$1; shift
+  local outputs=() args=()
+  while [ "$1" != "--" ]; do outputs+=("$1"); shift; done
+  shift; args=("$@")
+  local stamp
+  stamp=$(cat "$here/$tool/go.mod" "$here/$tool/go.sum" "$0" | sha256sum | cut -c1-16)-$(go env GOVERSION)
+  local have=1
+  for out in "${outputs[@]}"; do [ -x "$bin/$out" ] || have=0; done
+  if [ "$have" = 1 ] && [ "$(cat "$bin/.$tool.stamp" 2>/dev/null)" = "$stamp" ]; then
+    echo "e2e tools: $tool is built ($stamp)"
+    return
+  fi
+  echo "e2e tools: building $tool (${outputs[*]})"
+  local start=$SECONDS
+  (cd "$here/$tool" && go build "${args[@]}")
+  echo "$stamp" > "$bin/.$tool.stamp"
+  echo "e2e tools: $tool built in $((SECONDS - start)) s"
+}
+
+# The staging modules k8s/go.mod replaces must be exactly those k8s.io/kubernetes points at ./staging.
+upstream=$(cd "$here/k8s" && go mod download -json "k8s.io/kubernetes@$K8S" \
+  | python3 -c 'import json, sys; print(json.load(sys.stdin)["GoMod"])')
+want=$(grep '=> ./staging' "$upstream" | awk '{print $1}' | sort)
+have=$(sed -n 's/^\t\(k8s\.io\/[a-z-]*\) => .*/\1/p' "$here/k8s/go.mod" | sort)
+if [ "$want" != "$have" ]; then
+  echo "e2e tools: k8s/go.mod must replace exactly the staging modules of k8s.io/kubernetes $K8S:" >&2
+  diff <(echo "$want") <(echo "$have") >&2 || true
+  exit 2
+fi
+
+build etcd etcd -- -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3
+build kwok kwok -- -ldflags "-s -w" -o "$bin/kwok" sigs.k8s.io/kwok/cmd/kwok
+build k8s kube-apiserver kube-controller-manager kube-scheduler -- -ldflags "$k8s_ldflags" -o "$bin/" \
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+  k8s.io/kubernetes/cmd/kube-scheduler
