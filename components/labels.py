@@ -34,6 +34,8 @@ OS_ANNOTATION = "gpu-platform.io/os"
 GPU_OPERATOR_NAMESPACES = {"kubernetes": "gpu-operator", "openshift": "nvidia-gpu-operator"}
 NFD_NAMESPACES = {"kubernetes": "node-feature-discovery", "openshift": "openshift-nfd"}
 SYSTEM_NAMESPACES = (*GPU_OPERATOR_NAMESPACES.values(), *NFD_NAMESPACES.values())
+# The cloud's instance metadata service (EC2: IPv4 and IPv6), where a node's role credentials are served.
+METADATA_SERVICE_CIDRS = {"0.0.0.0/0": "169.254.169.254/32", "::/0": "fd00:ec2::254/128"}
 DCGM_EXPORTER_APP = "nvidia-dcgm-exporter"  # the operator's app label on the exporter's pods, Service, ServiceMonitor
 DCGM_EXPORTER_PORT = 9400
 

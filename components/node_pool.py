@@ -175,6 +175,8 @@ class GpuNodePool(pulumi.ComponentResource):
                                                       "encrypted": True}}],
                             "credentialsSecret": {"name": "aws-cloud-credentials"},
                             "iamInstanceProfile": {"id": f"{infra}-worker-profile"},
+                            # IMDSv2 only (EC2 HttpTokens=required); the AMI's hop limit of 1 keeps pods out.
+                            "metadataServiceOptions": {"authentication": "Required"},
                             "placement": {"availabilityZone": zone, "region": placement.region},
                             "securityGroups": [{"filters": [{"name": "tag:Name", "values": [f"{infra}-node"]}]}],
                             "subnet": {"filters": [{"name": "tag:Name",
@@ -221,7 +223,9 @@ class GpuNodePool(pulumi.ComponentResource):
             block_device_mappings=[{"device_name": "/dev/sda1", "ebs": {
                 "volume_size": pool.root_volume_gib, "volume_type": "gp3", "encrypted": "true",
                 "delete_on_termination": "true"}}],
-            metadata_options={"http_tokens": "required", "http_put_response_hop_limit": 2},
+            # IMDSv2 only, and its token answers one hop: the node and host-network pods reach the metadata service,
+            # pods behind the node's network namespace (a tenant's) cannot take the node role's credentials.
+            metadata_options={"http_tokens": "required", "http_put_response_hop_limit": 1},
             user_data=base64.b64encode(kubelet_user_data(cluster.cluster, node_labels, pool.profile).encode()).decode(),
             tags=kernel_annotations(pool),
             tag_specifications=[{"resource_type": "instance", "tags": {"Name": group_name, **kernel_annotations(pool)}}],

@@ -104,13 +104,20 @@ class TenantQuota(pulumi.ComponentResource):
             "defaultRequest": {"cpu": "250m", "memory": "512Mi"},
             "max": {"cpu": args.cpu, "memory": args.memory},
         }]}, opts=child)
+        # Ingress only from the namespace and the monitoring namespaces; egress anywhere but the instance metadata
+        # service (policies add up, and tenants may not add one, so nothing reopens either).
         k8s.networking.v1.NetworkPolicy(f"{name}-fence", metadata=metadata("tenant-fence", args.name), spec={
             "podSelector": {},
-            "policyTypes": ["Ingress"],
+            "policyTypes": ["Ingress", "Egress"],
             "ingress": [{"from": [
                 {"podSelector": {}},
                 *({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": scraper}}}
                   for scraper in args.scrapers),
+            ]}],
+            "egress": [{"to": [
+                {"namespaceSelector": {}},  # every pod of the cluster: CIDR rules need not cover pods (Cilium)
+                *({"ipBlock": {"cidr": cidr, "except": [metadata_service]}}
+                  for cidr, metadata_service in labels.METADATA_SERVICE_CIDRS.items()),
             ]}],
         }, opts=child)
         k8s.rbac.v1.RoleBinding(f"{name}-members", metadata=metadata(f"{args.name}-members", args.name), subjects=[

@@ -84,6 +84,13 @@ def test_machine_set_provider_spec(dev_plan: Plan) -> None:
     assert a100["placement"]["availabilityZone"] == "us-east-1b"
 
 
+def test_machine_sets_require_imdsv2(dev_plan: Plan) -> None:
+    """IMDSv1 would hand the node role's credentials to any pod that can reach the metadata service."""
+    for name in (T4_MACHINE_SET, A100_MACHINE_SET):
+        spec = machine_set(dev_plan, name)["spec"]["template"]["spec"]["providerSpec"]["value"]
+        assert spec["metadataServiceOptions"] == {"authentication": "Required"}
+
+
 def test_machine_set_labels_its_nodes_with_pool_and_gpu_model(dev_plan: Plan) -> None:
     node_labels = machine_set(dev_plan, A100_MACHINE_SET)["spec"]["template"]["spec"]["metadata"]["labels"]
 
@@ -156,7 +163,14 @@ def test_launch_template_boots_the_pools_image_and_instance_type(prod_plan: Plan
     # an EFA pool (fabric: efa) puts the security groups on its network interfaces
     assert {tuple(i["securityGroups"]) for i in template["networkInterfaces"]} == {("sg-0d4e5f60718293a4b",)}
     assert aws_resource(prod_plan, LAUNCH_TEMPLATE, "a10g-batch")["vpcSecurityGroupIds"] == ["sg-0d4e5f60718293a4b"]
-    assert template["metadataOptions"]["httpTokens"] == "required"
+
+
+
+@pytest.mark.parametrize("pool", ["l4-inference", "a10g-batch", "h100-training"])
+def test_launch_templates_keep_pods_from_the_metadata_service(prod_plan: Plan, pool: str) -> None:
+    """IMDSv2 only, with a token that answers one hop: a pod in its own network namespace is a second hop."""
+    options = aws_resource(prod_plan, LAUNCH_TEMPLATE, pool)["metadataOptions"]
+    assert options == {"httpTokens": "required", "httpPutResponseHopLimit": 1}
 
 
 @pytest.mark.parametrize(("pool", "model"), [("l4-inference", "NVIDIA-L4"), ("h100-training", "NVIDIA-H100-80GB-HBM3")])

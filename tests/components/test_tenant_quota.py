@@ -177,11 +177,25 @@ def test_tenant_namespaces_admit_only_themselves_and_monitoring(dev_plan, prod_p
     plan = plan_of(stack, dev_plan, prod_plan)
     for tenant in tenants(stack):
         fence = plan.manifest("NetworkPolicy", "tenant-fence", tenant["name"])
-        assert fence["spec"]["podSelector"] == {} and fence["spec"]["policyTypes"] == ["Ingress"]
+        assert fence["spec"]["podSelector"] == {} and fence["spec"]["policyTypes"] == ["Ingress", "Egress"]
         [rule] = fence["spec"]["ingress"]
         assert rule["from"][0] == {"podSelector": {}}
         assert [peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
                 for peer in rule["from"][1:]] == scrapers
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_tenant_pods_reach_everything_but_the_metadata_service(dev_plan, prod_plan, stack) -> None:
+    """The node role's credentials are served at the metadata address: tenant egress excludes it (v4 and v6),
+    and allows every pod of the cluster by selector (a CNI may leave pods out of CIDR rules)."""
+    for tenant in tenants(stack):
+        [rule] = plan_of(stack, dev_plan, prod_plan).manifest("NetworkPolicy", "tenant-fence", tenant["name"])[
+            "spec"]["egress"]
+        assert rule["to"] == [
+            {"namespaceSelector": {}},
+            {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}},
+            {"ipBlock": {"cidr": "::/0", "except": ["fd00:ec2::254/128"]}},
+        ]
 
 
 def test_monitoring_namespaces_can_be_set() -> None:
