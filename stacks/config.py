@@ -471,6 +471,10 @@ class IpamConfig(StrictModel):
                 raise ValueError(f"gateway {self.gateway!r} must be an address inside range {self.range!r}")
         return self
 
+    @property
+    def subnet(self) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+        return ipaddress.ip_network(self.range, strict=False)
+
 
 class TenantNetworkConfig(StrictModel):
     """A secondary network a tenant's pods may attach to (Multus): macvlan on a host interface, or SR-IOV."""
@@ -493,6 +497,13 @@ class TenantNetworkConfig(StrictModel):
             raise ValueError("an sriov network needs resourceName (the SR-IOV device plugin resource, e.g. "
                              "openshift.io/mlxnics) and takes no master")
         return self
+
+    @property
+    def segment(self) -> str:
+        """The layer-2 segment the network's pods share: its host interface, or its VFs' resource and VLAN."""
+        if self.type == "macvlan":
+            return f"host interface {self.master}"
+        return f"SR-IOV resource {self.resource_name} on {f'VLAN {self.vlan}' if self.vlan is not None else 'no VLAN'}"
 
 
 class TenantConfig(StrictModel):
@@ -625,12 +636,31 @@ class StackConfig(StrictModel):
                 raise _field_error(("tenants", index, "name"), (
                     f"{tenant.name!r} is a monitoring namespace (cluster.monitoringNamespaces: its Prometheus may "
                     "scrape every tenant); choose another team name"))
+        self._check_network_isolation()
         if self.images.nfd and "@" in self.images.nfd:
             raise ValueError("images.nfd: the NFD chart takes a tag, not a digest; use registry/repository:tag")
         if self.images.nfd and openshift:
             raise ValueError("images: nfd applies to Kubernetes; on OpenShift the NFD operator runs the NFD image "
                              "of the cluster release")
         return self
+
+    def _check_network_isolation(self) -> None:
+        """No two tenants share a layer-2 segment (a macvlan host interface, or SR-IOV VFs of one resource on one
+        VLAN) or an address range: NetworkPolicies do not reach Multus networks, so only separation isolates."""
+        seen: list[tuple[str, TenantNetworkConfig]] = []
+        for tenant in self.tenants:
+            for network in tenant.networks:
+                for owner, other in seen:
+                    if owner == tenant.name:
+                        continue
+                    where = f"networks {owner}/{other.name} and {tenant.name}/{network.name}"
+                    if network.segment is not None and network.segment == other.segment:
+                        raise ValueError(f"tenants: {where} share {network.segment}, one layer-2 segment between "
+                                         "two tenants; give each tenant its own interface or VLAN")
+                    if network.ipam.subnet.overlaps(other.ipam.subnet):
+                        raise ValueError(f"tenants: {where} overlap ({other.ipam.range}, {network.ipam.range}); "
+                                         "give each tenant its own address range")
+                seen.append((tenant.name, network))
 
     def _check_tuning(self, pool: NodePoolConfig) -> None:
         """A pool's profile and fabric against the flavor and the cluster's Kubernetes version."""

@@ -138,6 +138,21 @@ def test_control_characters_from_the_input_stay_escaped_on_the_one_error_line(tm
     assert not (tmp_path / "out").exists()
 
 
+def test_overlapping_tenant_networks_are_refused_in_one_line(tmp_path) -> None:
+    stack = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    stack["config"]["gpu-platform:tenants"][1]["networks"] = [
+        {"name": "wire", "type": "macvlan", "master": "ens7", "ipam": {"range": "10.20.0.0/16"}}]
+    path = tmp_path / "Pulumi.shared.yaml"
+    path.write_text(yaml.safe_dump(stack))
+
+    result = subprocess.run([sys.executable, "-m", "gpuctl", "render", "--config-file", str(path), "--out",
+                             str(tmp_path / "out"), "--offline"], cwd=ROOT, capture_output=True, text=True)
+
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "networks vision/collective and nlp-research/wire overlap" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_reader_that_stops_early_gets_no_traceback(tmp_path) -> None:
     # The reader closes its end before gpuctl writes anything, as `gpuctl ... | head -c 0` would.
     process = subprocess.Popen([sys.executable, "-m", "gpuctl", "render", "--stack", "prod", "--out",

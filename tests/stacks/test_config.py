@@ -824,6 +824,34 @@ def test_tenant_network_mistakes(network: Values, expected: str) -> None:
     assert "tenants[1].networks[0]" in message and expected in message
 
 
+def _wire(values: Values, tenant: int, **network: Any) -> None:
+    values["tenants"][tenant].setdefault("networks", []).append(
+        {"name": f"net{len(values['tenants'][tenant].get('networks', []))}", "ipam": {"range": "10.99.0.0/24"},
+         **network})
+
+
+@pytest.mark.parametrize(("mutate", "expected"), [
+    (lambda v: _wire(v, 1, type="macvlan", master="ens6"),
+     "networks vision/collective and nlp-research/net0 share host interface ens6, one layer-2 segment"),
+    (lambda v: (_wire(v, 0, type="sriov", resourceName="openshift.io/mlx", vlan=7),
+                _wire(v, 1, type="sriov", resourceName="openshift.io/mlx", vlan=7)),
+     "share SR-IOV resource openshift.io/mlx on VLAN 7"),
+    (lambda v: _wire(v, 1, type="macvlan", master="ens7", ipam={"range": "10.20.0.128/25"}),
+     "networks vision/collective and nlp-research/net0 overlap (10.20.0.0/24, 10.20.0.128/25)"),
+])
+def test_two_tenants_never_share_a_network(mutate: Callable[[Values], Any], expected: str) -> None:
+    """NetworkPolicies do not apply to Multus networks: tenants are apart only on separate wires and ranges."""
+    assert expected in config_error(mutate)
+
+
+def test_one_tenant_may_use_one_interface_twice_and_vlans_separate_tenants() -> None:
+    values = config_values("dev")
+    _wire(values, 0, type="macvlan", master="ens6")
+    _wire(values, 0, type="sriov", resourceName="openshift.io/mlx", vlan=7, ipam={"range": "10.98.0.0/24"})
+    _wire(values, 1, type="sriov", resourceName="openshift.io/mlx", vlan=8, ipam={"range": "10.97.0.0/24"})
+    assert len(parse_stack_config(values).tenants[1].networks) == 1
+
+
 # -- how pools roll, and retiring them -------------------------------------------------------------------------------
 
 
