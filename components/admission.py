@@ -12,25 +12,38 @@ from components import labels
 from components.manifests import child_options, metadata
 
 POLICY_NAME = "gpu-platform-tenant-pods"
+GUARD_POLICY_NAME = "gpu-platform-gpu-guard"
 GPU = labels.GPU_RESOURCE
 
-# CEL, as the API server evaluates it (Kubernetes CEL: `has`, macros, `namespaceObject`, `variables`).
+
+def _gpus_in(field: str) -> str:
+    # A quantity, compared as one (Kubernetes CEL's quantity library): "0m" or 0 is no GPU, raw or normalised.
+    return (f"(has(c.resources.{field}) && '{GPU}' in c.resources.{field}"
+            f" && quantity(string(c.resources.{field}['{GPU}'])).isGreaterThan(quantity('0')))")
+
+
+# CEL, as the API server evaluates it (Kubernetes CEL: `has`, macros, `quantity`, `namespaceObject`, `variables`).
 VARIABLES = {
     "containers": "object.spec.containers"
                   " + (has(object.spec.initContainers) ? object.spec.initContainers : [])",
-    "requestsGpu": "variables.containers.exists(c, has(c.resources) && ("
-                   f"(has(c.resources.limits) && '{GPU}' in c.resources.limits && c.resources.limits['{GPU}'] != '0')"
-                   f" || (has(c.resources.requests) && '{GPU}' in c.resources.requests"
-                   f" && c.resources.requests['{GPU}'] != '0')))",
+    "requestsGpu": f"variables.containers.exists(c, has(c.resources) && ({_gpus_in('limits')} || {_gpus_in('requests')}))",
+    # The GPU taint's key, or no key (an empty one too) with Exists: that tolerates every taint.
+    "toleratesGpuTaint": f"has(object.spec.tolerations) && object.spec.tolerations.exists(t,"
+                         f" (has(t.key) && t.key == '{GPU}')"
+                         " || ((!has(t.key) || t.key == '') && has(t.operator) && t.operator == 'Exists'))",
+    # A pod created on a named node skips the scheduler, and the kubelet re-checks only NoExecute taints. The
+    # scheduler binds through pods/binding, which these policies do not match; nodeName is fixed after creation.
+    "namesNode": "request.operation == 'CREATE' && has(object.spec.nodeName) && object.spec.nodeName != ''",
     "tenantClass": f"has(namespaceObject.metadata.labels) && '{labels.TENANT_PRIORITY_LABEL}' in"
                    f" namespaceObject.metadata.labels ? namespaceObject.metadata.labels['{labels.TENANT_PRIORITY_LABEL}']"
                    " : ''",
 }
 # (expression that must hold, message when it does not)
 VALIDATIONS = [
-    (f"variables.requestsGpu || !has(object.spec.tolerations) || !object.spec.tolerations.exists(t,"
-     f" (has(t.key) && t.key == '{GPU}') || (!has(t.key) && has(t.operator) && t.operator == 'Exists'))",
+    ("variables.requestsGpu || !variables.toleratesGpuTaint",
      f"a pod that tolerates the GPU taint must request {GPU}: GPU nodes are for GPU work"),
+    ("!variables.namesNode",
+     "tenant pods are placed by the scheduler: spec.nodeName skips the GPU taint; use a nodeSelector instead"),
     ("!has(object.spec.priorityClassName) || !(object.spec.priorityClassName.startsWith('system-')"
      " || object.spec.priorityClassName.startsWith('openshift-'))",
      "system-* and openshift-* priority classes are for the platform, not tenants"),
@@ -39,33 +52,66 @@ VALIDATIONS = [
      f"this tenant may not use priority class {labels.HIGH_PRIORITY_CLASS}"),
     ("!variables.containers.exists(c, has(c.env) && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES'))",
      f"NVIDIA_VISIBLE_DEVICES is set by the device plugin; request {GPU} instead"),
-    ("variables.requestsGpu || !has(object.spec.runtimeClassName) || object.spec.runtimeClassName != 'nvidia'",
-     f"runtimeClassName nvidia needs a {GPU} request"),
-    # A pod created with spec.nodeName skips the scheduler, and the kubelet re-checks only NoExecute taints: any pod
-    # could fill a GPU node past its NoSchedule taint. The scheduler binds through pods/binding, which this policy
-    # does not match, and nodeName cannot change after creation, so only CREATE is checked.
-    ("request.operation != 'CREATE' || !has(object.spec.nodeName)",
-     "tenant pods are placed by the scheduler: spec.nodeName skips the GPU taint; use a nodeSelector instead"),
+    # The operator's runtime classes: nvidia, nvidia-cdi, nvidia-legacy.
+    ("variables.requestsGpu || !has(object.spec.runtimeClassName) || !object.spec.runtimeClassName.startsWith('nvidia')",
+     f"the nvidia runtime classes need a {GPU} request"),
+    ("!has(object.metadata.annotations) || !object.metadata.annotations.exists(k, k.startsWith('cdi.k8s.io/'))",
+     f"cdi.k8s.io/ annotations ask the runtime for devices outside the quota; request {GPU} instead"),
+    ("!has(object.spec.resourceClaims) || size(object.spec.resourceClaims) == 0",
+     f"resource claims (DRA) are not offered to tenants: GPUs come as {GPU} under the tenant's quota"),
+]
+# Outside tenant namespaces (and the cluster's and platform's own, which the binding leaves out): no GPUs at all.
+GUARD_VALIDATIONS = [
+    ("!variables.requestsGpu",
+     f"{GPU} is for tenants: run GPU work in a tenant namespace (labelled {labels.TENANT_LABEL}), under its quota"),
+    ("!variables.toleratesGpuTaint",
+     "only tenant pods that request GPUs tolerate the GPU taint: GPU nodes are for GPU work"),
+    ("!variables.namesNode",
+     "pods here are placed by the scheduler: spec.nodeName skips the GPU taint; use a nodeSelector instead"),
 ]
 
 
 @dataclass(frozen=True)
 class TenantAdmissionArgs:
-    """The policy's name, its CEL variables and validations (default: the GPU quota rules above), and which
-    namespaces are tenants': those carrying the tenant label."""
+    """The policy's name, its CEL variables and validations (default: the GPU quota rules above), and the namespaces
+    it binds: tenants' (carrying the tenant label), or with `others` every other namespace but those `exempt` by
+    name or starting with `exempt_prefix`."""
 
     policy: str = POLICY_NAME
     variables: Mapping[str, str] = field(default_factory=lambda: VARIABLES)
     validations: tuple[tuple[str, str], ...] = tuple(VALIDATIONS)
     tenant_label: str = labels.TENANT_LABEL
+    others: bool = False
+    exempt: tuple[str, ...] = ()
+    exempt_prefix: str | None = None
+
+    def namespace_selector(self) -> dict:
+        if not self.others:
+            return {"matchExpressions": [{"key": self.tenant_label, "operator": "Exists"}]}
+        return {"matchExpressions": [{"key": self.tenant_label, "operator": "DoesNotExist"},
+                                     {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                      "values": sorted(set(self.exempt))}]}
+
+
+# Namespaces of every cluster whose node agents tolerate every taint.
+CLUSTER_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+
+
+def gpu_guard_args(platform_namespaces: tuple[str, ...], openshift: bool) -> TenantAdmissionArgs:
+    """The cluster-wide guard: no GPU request, GPU toleration or named node outside tenant namespaces, except in
+    the cluster's own namespaces, the platform's (operators, monitoring, trusted add-ons) and on OpenShift its
+    reserved openshift-* ones (no user may create a project so named)."""
+    return TenantAdmissionArgs(policy=GUARD_POLICY_NAME, validations=tuple(GUARD_VALIDATIONS), others=True,
+                               exempt=(*CLUSTER_NAMESPACES, *platform_namespaces),
+                               exempt_prefix="openshift-" if openshift else None)
 
 
 class TenantAdmission(pulumi.ComponentResource):
-    """A policy and its binding to every tenant namespace; the API server rejects a violating pod at creation.
+    """A policy and its binding to every tenant namespace (or every other); the API server rejects a violating pod.
 
     By default it closes the ways around the GPU quota that the quota alone cannot see: tolerating the GPU taint
-    without a GPU request, naming a node (which skips the taint), asking the runtime for devices by environment or
-    runtime class, and preempting with a priority class the tenant may not use.
+    without a GPU request, naming a node (which skips the taint), asking the runtime for devices by environment,
+    runtime class, CDI annotation or resource claim, and preempting with a priority class the tenant may not use.
     """
 
     def __init__(self, name: str, args: TenantAdmissionArgs, opts: pulumi.ResourceOptions | None = None):
@@ -76,6 +122,9 @@ class TenantAdmission(pulumi.ComponentResource):
                 "matchConstraints": {"resourceRules": [{
                     "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
                     "resources": ["pods"]}]},
+                **({"matchConditions": [{"name": "outside-reserved-namespaces",
+                                         "expression": f"!request.namespace.startsWith('{args.exempt_prefix}')"}]}
+                   if args.exempt_prefix else {}),
                 "variables": [{"name": key, "expression": value} for key, value in args.variables.items()],
                 "validations": [{"expression": rule, "message": message} for rule, message in args.validations],
             }, opts=child_options(self, opts))
@@ -83,7 +132,6 @@ class TenantAdmission(pulumi.ComponentResource):
             f"{name}-binding", metadata=metadata(args.policy), spec={
                 "policyName": args.policy,
                 "validationActions": ["Deny"],
-                "matchResources": {"namespaceSelector": {"matchExpressions": [
-                    {"key": args.tenant_label, "operator": "Exists"}]}},
+                "matchResources": {"namespaceSelector": args.namespace_selector()},
             }, opts=child_options(self, opts, policy))
         self.register_outputs({"policy": args.policy})

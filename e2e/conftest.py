@@ -21,10 +21,10 @@ from e2e.stack import Stack
 from tests.conftest import ROOT
 
 CRDS = ROOT.parent / "shared" / "reference" / "crds"
-# Stand-ins for what the cluster has before the stack: the RuntimeClass the GPU Operator creates, and on OpenShift
+# Stand-ins for what the cluster has before the stack: the RuntimeClasses the GPU Operator creates, and on OpenShift
 # the priority class OpenShift ships for user workloads.
-NVIDIA_RUNTIME_CLASS = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
-                        "handler": "nvidia"}
+NVIDIA_RUNTIME_CLASSES = [{"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name},
+                           "handler": name} for name in ("nvidia", "nvidia-cdi", "nvidia-legacy")]
 OPENSHIFT_PRIORITY_CLASS = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                             "metadata": {"name": "openshift-user-critical"}, "value": 1000000000}
 STACKS = sorted(path.name.split(".")[1] for path in ROOT.glob("Pulumi.*.yaml"))
@@ -93,7 +93,7 @@ def applied(request, tools, tmp_path_factory) -> Iterator[Applied]:
         install_crds(admin)
         for namespace in stack.missing_namespaces():
             admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-        for stand_in in [NVIDIA_RUNTIME_CLASS, *([OPENSHIFT_PRIORITY_CLASS] if stack.openshift else [])]:
+        for stand_in in [*NVIDIA_RUNTIME_CLASSES, *([OPENSHIFT_PRIORITY_CLASS] if stack.openshift else [])]:
             admin.apply(stand_in)
         for node in stack.nodes():
             admin.create(node)

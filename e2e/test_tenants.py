@@ -15,7 +15,7 @@ import pytest
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from components import labels
-from components.admission import VALIDATIONS
+from components.admission import GUARD_VALIDATIONS, VALIDATIONS
 from components.tenant_network import DEFAULT_NETWORK_ANNOTATION, NETWORKS_ANNOTATION
 from components.tenant_network import VALIDATIONS as NETWORK_VALIDATIONS
 from e2e.conftest import Applied
@@ -27,9 +27,10 @@ PAUSE = "registry.k8s.io/pause:3.10"
 SETTLE_SECONDS = 60
 
 
-def message(rule_start: str) -> str:
-    """The admission policy's own message for the rule whose CEL starts so (not a copy of its text)."""
-    return next(text for rule, text in VALIDATIONS if rule.startswith(rule_start))
+def message(rule_part: str, validations: list = VALIDATIONS) -> str:
+    """The admission policy's own message for the one rule whose CEL holds `rule_part` (not a copy of its text)."""
+    [text] = [text for rule, text in validations if rule_part in rule]
+    return text
 
 
 def pod(name: str, *, gpus: int = 0, pool: str | None = None, tolerate: bool = False, **spec: Any) -> dict:
@@ -97,17 +98,24 @@ def test_a_gpu_pod_over_quota_is_refused_by_the_quota(cluster: Applied) -> None:
 
 
 @pytest.mark.parametrize("name, spec, refused_by", [
-    ("tolerates the GPU taint", {"tolerate": True}, "variables.requestsGpu || !has(object.spec.tolerations)"),
-    ("tolerates every taint", {"tolerations": [{"operator": "Exists"}]},
-     "variables.requestsGpu || !has(object.spec.tolerations)"),
-    ("names a GPU node", {"nodeName": "{gpu_node}"}, "request.operation != 'CREATE' || !has(object.spec.nodeName)"),
+    ("tolerates the GPU taint", {"tolerate": True}, "toleratesGpuTaint"),
+    ("tolerates every taint", {"tolerations": [{"operator": "Exists"}]}, "toleratesGpuTaint"),
+    ("tolerates every taint by an empty key", {"tolerations": [{"key": "", "operator": "Exists"}]},
+     "toleratesGpuTaint"),
+    ("tolerates the GPU taint asking for 0m GPUs", {"tolerate": True, "containers": [
+        {"name": "main", "image": PAUSE, "resources": {"limits": {GPU: "0m"}}}]}, "toleratesGpuTaint"),
+    ("names a GPU node", {"nodeName": "{gpu_node}"}, "namesNode"),
     ("sets NVIDIA_VISIBLE_DEVICES", {"containers": [{"name": "main", "image": PAUSE, "env": [
-        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]}, "!variables.containers.exists"),
-    ("asks for the nvidia runtime", {"runtimeClassName": "nvidia"}, "variables.requestsGpu || !has(object.spec.run"),
-    ("takes a system priority class", {"priorityClassName": "system-node-critical"},
-     "!has(object.spec.priorityClassName) || !(object"),
-    ("takes an OpenShift priority class", {"priorityClassName": "openshift-user-critical"},
-     "!has(object.spec.priorityClassName) || !(object"),
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]}, "NVIDIA_VISIBLE_DEVICES"),
+    ("asks for the nvidia runtime", {"runtimeClassName": "nvidia"}, "runtimeClassName"),
+    ("asks for the nvidia-cdi runtime", {"runtimeClassName": "nvidia-cdi"}, "runtimeClassName"),
+    ("asks for the nvidia-legacy runtime", {"runtimeClassName": "nvidia-legacy"}, "runtimeClassName"),
+    ("asks the runtime for devices by CDI annotation", {"annotations": {"cdi.k8s.io/gpu": "nvidia.com/gpu=all"}},
+     "cdi.k8s.io/"),
+    ("claims devices through DRA", {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "any"}]},
+     "resourceClaims"),
+    ("takes a system priority class", {"priorityClassName": "system-node-critical"}, "startsWith('system-')"),
+    ("takes an OpenShift priority class", {"priorityClassName": "openshift-user-critical"}, "startsWith('system-')"),
 ])
 def test_a_pod_without_a_gpu_request_cannot_reach_gpus(cluster: Applied, name: str, spec: dict, refused_by: str) -> None:
     """Each way onto a GPU node, or to GPU devices, without a GPU request: refused by the admission policy."""
@@ -117,6 +125,7 @@ def test_a_pod_without_a_gpu_request_cannot_reach_gpus(cluster: Applied, name: s
     gpu_node = next(iter(gpu_nodes(cluster, cluster.stack.config.node_pools[0].name)))
     spec = {key: (value.format(gpu_node=gpu_node) if isinstance(value, str) else value) for key, value in spec.items()}
     body = pod("sneaky", tolerate=spec.pop("tolerate", False))
+    body["metadata"]["annotations"] = spec.pop("annotations", {})
     body["spec"].update(spec)
     text = refusal(lambda: as_tenant(cluster, tenant).create(in_namespace(body, tenant.name)))
     assert message(refused_by) in text, name
@@ -161,8 +170,7 @@ def test_no_workload_template_puts_a_cpu_pod_on_a_gpu_node(cluster: Applied, kin
     pod_spec = pod("x", pool=pool, tolerate=True)["spec"] if way == "toleration" else \
         {**pod("x")["spec"], "nodeName": next(iter(gpu_nodes(cluster, pool)))}
     as_tenant(cluster, tenant).create(in_namespace(_template(kind, pod_spec), tenant.name))
-    expected = message("variables.requestsGpu || !has(object.spec.tolerations)" if way == "toleration"
-                       else "request.operation != 'CREATE' || !has(object.spec.nodeName)")
+    expected = message("toleratesGpuTaint" if way == "toleration" else "namesNode")
 
     def refused_event() -> bool:
         events = cluster.admin.list("v1", "Event", tenant.name)
@@ -261,3 +269,37 @@ def test_a_tenant_cannot_change_the_platforms_objects_in_its_namespace(cluster: 
     refusal(lambda: user.create(fence))
     assert not user.can("impersonate", "serviceaccounts", tenant.name)
     assert not user.can("create", "serviceaccounts", tenant.name, subresource="token")
+
+
+@pytest.mark.parametrize("name, spec, refused_by", [
+    ("requests a GPU", {"gpus": 1}, "requestsGpu"),
+    ("tolerates the GPU taint", {"tolerate": True}, "toleratesGpuTaint"),
+    ("names a GPU node", {"nodeName": "{gpu_node}"}, "namesNode"),
+])
+def test_outside_tenant_namespaces_no_pod_gets_a_gpu(cluster: Applied, name: str, spec: dict, refused_by: str) -> None:
+    """The quota exists only in tenant namespaces: anywhere else (a namespace anyone with namespace rights made)
+    a GPU request, a GPU toleration or a named node is refused, for the cluster admin too."""
+    cluster.admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "sandbox"}})
+    wait_for(lambda: cluster.admin.get("v1", "ServiceAccount", "default", "sandbox"), "sandbox/default", 30)
+    gpu_node = next(iter(gpu_nodes(cluster, cluster.stack.config.node_pools[0].name)))
+    body = pod("grab", gpus=spec.get("gpus", 0), tolerate=spec.get("tolerate", False))
+    if "nodeName" in spec:
+        body["spec"]["nodeName"] = gpu_node
+    text = refusal(lambda: cluster.admin.create(in_namespace(body, "sandbox")))
+    assert message(refused_by, GUARD_VALIDATIONS) in text, name
+
+
+def test_outside_tenant_namespaces_cpu_pods_and_node_agents_run(cluster: Applied) -> None:
+    """The guard leaves CPU pods alone, and the cluster's own namespaces keep their node agents (which tolerate
+    every taint)."""
+    cluster.admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "sandbox"}})
+    wait_for(lambda: cluster.admin.get("v1", "ServiceAccount", "default", "sandbox"), "sandbox/default", 30)
+    cluster.admin.create(in_namespace(pod("web"), "sandbox"))
+    agent = pod("agent", tolerations=[{"operator": "Exists"}])
+    cluster.admin.create(in_namespace(agent, "kube-system"))
+    try:
+        assert running(cluster.admin, "web", "sandbox")["spec"]["nodeName"].startswith("cpu-")
+        running(cluster.admin, "agent", "kube-system")
+    finally:
+        for namespace, name in (("sandbox", "web"), ("kube-system", "agent")):
+            cluster.admin.delete("v1", "Pod", name, namespace)

@@ -5,33 +5,18 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import celpy
 import pytest
 
 from components import labels
-from components.admission import POLICY_NAME, VALIDATIONS, VARIABLES
+from components.admission import GUARD_POLICY_NAME, GUARD_VALIDATIONS, POLICY_NAME, VALIDATIONS, VARIABLES
+from tests.cel import broken_rules, program
 from tests.conftest import Plan
 
-ENVIRONMENT = celpy.Environment()
-PROGRAMS = {key: ENVIRONMENT.program(ENVIRONMENT.compile(expression)) for key, expression in VARIABLES.items()}
-RULES = [(ENVIRONMENT.program(ENVIRONMENT.compile(rule)), message) for rule, message in VALIDATIONS]
 
-
-def admit(pod: dict[str, Any], tenant_class: str = labels.LOW_PRIORITY_CLASS, operation: str = "CREATE") -> list[str]:
+def admit(pod: dict[str, Any], tenant_class: str = labels.LOW_PRIORITY_CLASS, operation: str = "CREATE",
+          validations: list = VALIDATIONS) -> list[str]:
     """The messages of the rules this pod breaks, evaluated as the API server does (variables first, in order)."""
-    activation: dict[str, Any] = {
-        "object": celpy.json_to_cel(pod),
-        "request": celpy.json_to_cel({"operation": operation}),
-        "namespaceObject": celpy.json_to_cel(
-            {"metadata": {"name": "team", "labels": {labels.TENANT_PRIORITY_LABEL: tenant_class}}}),
-    }
-    variables: dict[str, Any] = {}
-    for key, program in PROGRAMS.items():
-        activation["variables"] = celpy.celtypes.MapType(
-            {celpy.celtypes.StringType(k): v for k, v in variables.items()})
-        variables[key] = program.evaluate(activation)
-    activation["variables"] = celpy.celtypes.MapType({celpy.celtypes.StringType(k): v for k, v in variables.items()})
-    return [message for program, message in RULES if not program.evaluate(activation)]
+    return broken_rules(VARIABLES, validations, pod, tenant_class=tenant_class, operation=operation)
 
 
 GPU_POD = {"spec": {
@@ -42,6 +27,16 @@ GPU_POD = {"spec": {
 }}
 CPU_POD = {"spec": {"containers": [{"name": "web", "image": "registry.k8s.io/pause:3.10",
                                     "resources": {"requests": {"cpu": "1"}}}]}}
+
+
+def zero_gpus(base: dict[str, Any], amount: Any) -> dict[str, Any]:
+    pod = copy.deepcopy(base)
+    pod["spec"]["containers"][0]["resources"] = {"limits": {labels.GPU_RESOURCE: amount}}
+    return pod
+
+
+def annotated(base: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
+    return {**copy.deepcopy(base), "metadata": {"annotations": annotations}}
 
 
 def variant(base: dict[str, Any], **spec: Any) -> dict[str, Any]:
@@ -57,7 +52,8 @@ def without_gpu(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_every_expression_compiles() -> None:
-    assert len(PROGRAMS) == len(VARIABLES) and len(RULES) == len(VALIDATIONS)
+    for expression in [*VARIABLES.values(), *(rule for rule, _ in [*VALIDATIONS, *GUARD_VALIDATIONS])]:
+        program(expression)
 
 
 @pytest.mark.parametrize("pod", [GPU_POD, CPU_POD, variant(GPU_POD, runtimeClassName="nvidia")],
@@ -77,7 +73,7 @@ def test_a_gpu_high_tenant_may_use_gpu_high() -> None:
     (variant(CPU_POD, priorityClassName="gpu-high"), "gpu-low", "may not use priority class gpu-high"),
     (variant(CPU_POD, priorityClassName="system-node-critical"), "gpu-high", "system-* and openshift-*"),
     (variant(CPU_POD, priorityClassName="openshift-user-critical"), "gpu-high", "system-* and openshift-*"),
-    (variant(CPU_POD, runtimeClassName="nvidia"), "gpu-low", "runtimeClassName nvidia needs"),
+    (variant(CPU_POD, runtimeClassName="nvidia"), "gpu-low", "the nvidia runtime classes need"),
     (variant(CPU_POD, containers=[{"name": "x", "image": "i:1",
                                    "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]),
      "gpu-low", "NVIDIA_VISIBLE_DEVICES is set by the device plugin"),
@@ -86,9 +82,20 @@ def test_a_gpu_high_tenant_may_use_gpu_high() -> None:
      "gpu-low", "NVIDIA_VISIBLE_DEVICES is set by the device plugin"),
     (variant(CPU_POD, nodeName="gpu-node-0"), "gpu-low", "spec.nodeName skips the GPU taint"),
     (variant(GPU_POD, nodeName="gpu-node-0"), "gpu-low", "spec.nodeName skips the GPU taint"),
+    # Raw input, before the API server normalises it: an empty key tolerates every taint, "0m" is no GPU.
+    (variant(CPU_POD, tolerations=[{"key": "", "operator": "Exists"}]), "gpu-low", "tolerates the GPU taint must"),
+    (zero_gpus(GPU_POD, "0m"), "gpu-low", "tolerates the GPU taint must"),
+    (variant(CPU_POD, runtimeClassName="nvidia-cdi"), "gpu-low", "the nvidia runtime classes need"),
+    (variant(CPU_POD, runtimeClassName="nvidia-legacy"), "gpu-low", "the nvidia runtime classes need"),
+    (annotated(CPU_POD, {"cdi.k8s.io/gpu": "nvidia.com/gpu=all"}), "gpu-low", "cdi.k8s.io/ annotations"),
+    (annotated(GPU_POD, {"cdi.k8s.io/gpu": "nvidia.com/gpu=all"}), "gpu-low", "cdi.k8s.io/ annotations"),
+    (variant(CPU_POD, resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "a100"}]), "gpu-low",
+     "resource claims (DRA) are not offered"),
 ], ids=["toleration-without-gpu", "tolerate-everything", "gpu-pod-gpu-high", "cpu-pod-gpu-high", "system-class",
         "openshift-class", "nvidia-runtime-without-gpu", "visible-devices-env", "visible-devices-in-init",
-        "cpu-pod-names-node", "gpu-pod-names-node"])
+        "cpu-pod-names-node", "gpu-pod-names-node", "empty-key-tolerates-everything", "zero-milli-gpus",
+        "nvidia-cdi-runtime", "nvidia-legacy-runtime", "cdi-annotation", "cdi-annotation-on-gpu-pod",
+        "resource-claim"])
 def test_abusive_pods_are_rejected(pod, tenant_class, reason) -> None:
     broken = admit(pod, tenant_class)
     assert any(reason in message for message in broken), broken
@@ -99,10 +106,50 @@ def test_a_scheduled_pod_can_still_be_updated() -> None:
     assert admit(variant(GPU_POD, nodeName="gpu-node-0"), operation="UPDATE") == []
 
 
-def test_a_zero_gpu_request_is_no_gpu_request() -> None:
-    pod = copy.deepcopy(GPU_POD)
-    pod["spec"]["containers"][0]["resources"] = {"limits": {labels.GPU_RESOURCE: "0"}}
-    assert any("tolerates the GPU taint" in message for message in admit(pod))
+@pytest.mark.parametrize("amount", ["0", 0, "0m", "0.0"])
+def test_a_zero_gpu_request_is_no_gpu_request(amount: Any) -> None:
+    assert any("tolerates the GPU taint" in message for message in admit(zero_gpus(GPU_POD, amount)))
+
+
+@pytest.mark.parametrize("amount", ["1", 1, "2000m"])
+def test_any_form_of_a_gpu_request_is_one(amount: Any) -> None:
+    assert admit(zero_gpus(GPU_POD, amount)) == []
+
+
+@pytest.mark.parametrize(("pod", "reason"), [
+    (GPU_POD, "is for tenants"),
+    (zero_gpus(GPU_POD, "0m"), "only tenant pods that request GPUs tolerate"),
+    (variant(CPU_POD, tolerations=[{"operator": "Exists"}]), "only tenant pods that request GPUs tolerate"),
+    (variant(CPU_POD, nodeName="gpu-node-0"), "spec.nodeName skips the GPU taint"),
+], ids=["gpu-pod", "toleration-without-gpu", "tolerate-everything", "names-node"])
+def test_outside_tenant_namespaces_no_pod_gets_a_gpu(pod, reason) -> None:
+    assert any(reason in message for message in admit(pod, validations=GUARD_VALIDATIONS))
+
+
+def test_outside_tenant_namespaces_cpu_pods_are_admitted() -> None:
+    assert admit(CPU_POD, validations=GUARD_VALIDATIONS) == []
+    assert admit(variant(CPU_POD, nodeName="node-0"), operation="UPDATE", validations=GUARD_VALIDATIONS) == []
+
+
+@pytest.mark.parametrize(("stack", "left_out", "prefix"), [
+    ("dev", {"kube-system", "nvidia-gpu-operator", "openshift-nfd", "openshift-monitoring"}, "openshift-"),
+    ("prod", {"kube-system", "gpu-operator", "node-feature-discovery", "monitoring"}, None),
+])
+def test_the_guard_binds_every_namespace_but_tenants_and_the_platforms(stack, left_out, prefix, dev_plan,
+                                                                      prod_plan) -> None:
+    plan = dev_plan if stack == "dev" else prod_plan
+    binding = plan.manifest("ValidatingAdmissionPolicyBinding", GUARD_POLICY_NAME)
+    tenant, names = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert tenant == {"key": labels.TENANT_LABEL, "operator": "DoesNotExist"}
+    assert names["operator"] == "NotIn" and left_out <= set(names["values"])
+    assert not {t["name"] for t in tenants_of(plan)} & set(names["values"])
+    conditions = plan.manifest("ValidatingAdmissionPolicy", GUARD_POLICY_NAME)["spec"].get("matchConditions", [])
+    assert [c["expression"] for c in conditions] == ([f"!request.namespace.startsWith('{prefix}')"] if prefix else [])
+
+
+def tenants_of(plan: Plan) -> list[dict[str, Any]]:
+    return [{"name": ns["inputs"]["metadata"]["name"]} for ns in plan.of_type("kubernetes:core/v1:Namespace")
+            if labels.TENANT_LABEL in ns["inputs"]["metadata"].get("labels", {})]
 
 
 def test_the_policy_is_bound_to_every_tenant_namespace(dev_plan: Plan) -> None:

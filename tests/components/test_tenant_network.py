@@ -8,28 +8,17 @@ import json
 import re
 from typing import Any
 
-import celpy
 import pytest
 import yaml
 
 from components import admission, labels, tenant_network
 from gpuctl.check import check_plan
+from tests.cel import broken_rules
 from tests.conftest import ROOT, Plan, render_stack, stack_config
-
-ENVIRONMENT = celpy.Environment()
-
 
 def evaluate(policy, pod: dict[str, Any], namespace: str, tenant_class: str) -> list[str]:
     """Messages of the rules the pod breaks, as the API server evaluates the policy (variables first, in order)."""
-    activation: dict[str, Any] = {"object": celpy.json_to_cel(pod), "namespaceObject": celpy.json_to_cel(
-        {"metadata": {"name": namespace, "labels": {labels.TENANT_PRIORITY_LABEL: tenant_class}}})}
-    values: dict[str, Any] = {}
-    for key, expression in policy.VARIABLES.items():
-        activation["variables"] = celpy.celtypes.MapType({celpy.celtypes.StringType(k): v for k, v in values.items()})
-        values[key] = ENVIRONMENT.program(ENVIRONMENT.compile(expression)).evaluate(activation)
-    activation["variables"] = celpy.celtypes.MapType({celpy.celtypes.StringType(k): v for k, v in values.items()})
-    return [message for rule, message in policy.VALIDATIONS
-            if not ENVIRONMENT.program(ENVIRONMENT.compile(rule)).evaluate(activation)]
+    return broken_rules(policy.VARIABLES, policy.VALIDATIONS, pod, namespace=namespace, tenant_class=tenant_class)
 
 
 def admit(pod: dict[str, Any], namespace: str = "vision", tenant_class: str = labels.HIGH_PRIORITY_CLASS) -> list[str]:

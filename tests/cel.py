@@ -1,0 +1,51 @@
+"""A ValidatingAdmissionPolicy's CEL evaluated as the API server does, with cel-python: variables first, in order,
+then each validation; Kubernetes' own library functions the policies call are added."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import cache
+from typing import Any
+
+import celpy
+from kubernetes.utils.quantity import parse_quantity
+
+ENVIRONMENT = celpy.Environment()
+
+
+class Quantity:
+    """Kubernetes CEL's quantity type, for the functions the policies use (parsed as the kubernetes client parses
+    quantities)."""
+
+    def __init__(self, text: Any):
+        self.value = parse_quantity(str(text))
+
+
+KUBERNETES_FUNCTIONS = {"quantity": Quantity,
+                        "isGreaterThan": lambda a, b: celpy.celtypes.BoolType(a.value > b.value)}
+
+
+@cache
+def program(expression: str) -> Any:
+    return ENVIRONMENT.program(ENVIRONMENT.compile(expression), functions=KUBERNETES_FUNCTIONS)
+
+
+def _variables(values: Mapping[str, Any]) -> celpy.celtypes.MapType:
+    return celpy.celtypes.MapType({celpy.celtypes.StringType(key): value for key, value in values.items()})
+
+
+def broken_rules(variables: Mapping[str, str], validations: Sequence[tuple[str, str]], obj: dict[str, Any], *,
+                 namespace: str = "team", tenant_class: str = "", operation: str = "CREATE") -> list[str]:
+    """The messages of the validations `obj` breaks in `namespace` (a tenant of `tenant_class`)."""
+    labels = {"gpu-platform.io/priority-class": tenant_class} if tenant_class else {}
+    activation: dict[str, Any] = {
+        "object": celpy.json_to_cel(obj),
+        "request": celpy.json_to_cel({"operation": operation, "namespace": namespace}),
+        "namespaceObject": celpy.json_to_cel({"metadata": {"name": namespace, "labels": labels}}),
+    }
+    values: dict[str, Any] = {}
+    for key, expression in variables.items():
+        activation["variables"] = _variables(values)
+        values[key] = program(expression).evaluate(activation)
+    activation["variables"] = _variables(values)
+    return [message for rule, message in validations if not program(rule).evaluate(activation)]
