@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from e2e.conftest import Applied, object_key
+from e2e.kube import wait_for
 from e2e.stack import dependency_order
 
 # What the API server and controllers own on an object; a re-apply that changes only these changed nothing of ours.
@@ -72,3 +73,19 @@ def _contains(stored: Any, rendered: Any) -> bool:
         return isinstance(stored, list) and len(stored) == len(rendered) and all(
             _contains(s, r) for s, r in zip(stored, rendered))
     return stored == rendered
+
+
+def test_admission_policies_type_check_against_the_api_servers_schemas(applied: Applied) -> None:
+    """The API server type-checks each ValidatingAdmissionPolicy's CEL against the kinds it matches; a warning means
+    an expression that can fail or never hold at run time."""
+    for obj in applied.stack.objects():
+        if obj["kind"] != "ValidatingAdmissionPolicy":
+            continue
+
+        def checked() -> dict | None:
+            policy = applied.admin.get(obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
+            status = policy.get("status") or {}
+            return status if status.get("observedGeneration") == policy["metadata"]["generation"] else None
+
+        status = wait_for(checked, f"{obj['metadata']['name']} type-checked", timeout=30)
+        assert (status.get("typeChecking") or {}).get("expressionWarnings", []) == [], obj["metadata"]["name"]

@@ -145,6 +145,9 @@ class ClusterConfig(StrictModel):
     discovery: DiscoveryConfig = DiscoveryConfig()
     monitoring_namespaces: tuple[Annotated[str, _dns_label(63)], ...] | None = Field(
         default=None, description="namespaces whose Prometheus may scrape tenants; default by flavor")
+    trusted_namespaces: tuple[Annotated[str, _dns_label(63)], ...] = Field(
+        default=(), description="namespaces of cluster add-ons whose node agents tolerate every taint (logging, "
+                                "security); the GPU guard leaves them out as it does kube-system")
 
     @property
     def scrapers(self) -> tuple[str, ...]:
@@ -632,6 +635,10 @@ class StackConfig(StrictModel):
                     f"over the {MAX_LABEL_VALUE} of a label value; shorten the pool name"
                 )
         for index, tenant in enumerate(self.tenants):
+            if tenant.name in self.cluster.trusted_namespaces:
+                raise _field_error(("tenants", index, "name"), (
+                    f"{tenant.name!r} is in cluster.trustedNamespaces, which the GPU guard leaves out; remove it "
+                    "there or choose another team name"))
             if tenant.name in self.cluster.scrapers:
                 raise _field_error(("tenants", index, "name"), (
                     f"{tenant.name!r} is a monitoring namespace (cluster.monitoringNamespaces: its Prometheus may "

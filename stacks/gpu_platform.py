@@ -6,7 +6,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import labels
-from components.admission import TenantAdmission, TenantAdmissionArgs
+from components.admission import TenantAdmission, TenantAdmissionArgs, gpu_guard_args
 from components.cluster_policy import ClusterPolicyStack, ClusterPolicyStackArgs
 from components.device_plugin import DevicePluginStack, DevicePluginStackArgs
 from components.driver import DriverStack, DriverStackArgs
@@ -90,6 +90,10 @@ class GpuPlatform(pulumi.ComponentResource):
         role = tenant_role("tenant-role", pulumi.ResourceOptions(parent=self))
         # Both bound before any tenant namespace exists, so no tenant pod is ever admitted unchecked.
         admission = TenantAdmission("tenant-admission", TenantAdmissionArgs(), pulumi.ResourceOptions(parent=self))
+        # Outside tenant namespaces no pod gets a GPU: the quota exists only in tenants'.
+        TenantAdmission("gpu-guard", gpu_guard_args(
+            (labels.GPU_OPERATOR_NAMESPACES[flavor], labels.NFD_NAMESPACES[flavor], *cluster.scrapers,
+             *cluster.trusted_namespaces), openshift), pulumi.ResourceOptions(parent=self))
         network_admission = TenantAdmission("tenant-network-admission", network_admission_args(),
                                             pulumi.ResourceOptions(parent=self))
         self.tenants = {
