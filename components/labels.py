@@ -53,6 +53,7 @@ SKIP_AWAIT = "pulumi.com/skipAwait"
 TIMEOUT_SECONDS = "pulumi.com/timeoutSeconds"
 WAIT_FOR = "pulumi.com/waitFor"
 DELETION_PROPAGATION = "pulumi.com/deletionPropagationPolicy"
+PATCH_FORCE = "pulumi.com/patchForce"  # a Patch resource takes over fields another manager owns
 
 # Cluster-autoscaler discovery and scale-from-zero node-template tags (ASG) and annotations (MachineSet).
 CA_ENABLED_TAG = "k8s.io/cluster-autoscaler/enabled"

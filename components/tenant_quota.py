@@ -40,6 +40,21 @@ def tenant_role(name: str, opts: pulumi.ResourceOptions) -> k8s.rbac.v1.ClusterR
     return k8s.rbac.v1.ClusterRole(name, metadata=metadata(labels.TENANT_ROLE), rules=TENANT_RULES, opts=opts)
 
 
+# OpenShift lets every authenticated user request projects through this binding of the self-provisioner role.
+SELF_PROVISIONERS = "self-provisioners"
+
+
+def self_provisioning_off(name: str, opts: pulumi.ResourceOptions) -> k8s.rbac.v1.ClusterRoleBindingPatch:
+    """OpenShift: empty the `self-provisioners` binding (a server-side apply that takes its subjects over) and keep
+    the API server from restoring it at restart (`autoupdate: false`), so only admins create projects. Taking this
+    out of the stack leaves the binding as it is: restore its subjects by hand to give projects back."""
+    return k8s.rbac.v1.ClusterRoleBindingPatch(name, metadata={
+        "name": SELF_PROVISIONERS,
+        "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "false", labels.PATCH_FORCE: "true"},
+    }, role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "self-provisioner"},
+        subjects=[], opts=opts)
+
+
 @dataclass(frozen=True)
 class TenantQuotaArgs:
     """One tenant: its name, GPU quota, priority class and the group that works in its namespace (holding the

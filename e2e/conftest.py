@@ -27,6 +27,12 @@ NVIDIA_RUNTIME_CLASSES = [{"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass
                            "handler": name} for name in ("nvidia", "nvidia-cdi", "nvidia-legacy")]
 OPENSHIFT_PRIORITY_CLASS = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                             "metadata": {"name": "openshift-user-critical"}, "value": 1000000000}
+# ... and the binding by which OpenShift lets every user request projects (as OpenShift's API server creates it).
+OPENSHIFT_SELF_PROVISIONERS = {
+    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+    "metadata": {"name": "self-provisioners", "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
+    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "self-provisioner"},
+    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated:oauth"}]}
 STACKS = sorted(path.name.split(".")[1] for path in ROOT.glob("Pulumi.*.yaml"))
 
 
@@ -93,8 +99,10 @@ def applied(request, tools, tmp_path_factory) -> Iterator[Applied]:
         install_crds(admin)
         for namespace in stack.missing_namespaces():
             admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-        for stand_in in [*NVIDIA_RUNTIME_CLASSES, *([OPENSHIFT_PRIORITY_CLASS] if stack.openshift else [])]:
+        for stand_in in NVIDIA_RUNTIME_CLASSES:
             admin.apply(stand_in)
+        for stand_in in [OPENSHIFT_PRIORITY_CLASS, OPENSHIFT_SELF_PROVISIONERS] if stack.openshift else []:
+            admin.create(stand_in)  # created, not applied: another field manager owns it, as on OpenShift
         for node in stack.nodes():
             admin.create(node)
         wait_for(lambda: all(_ready(admin.get("v1", "Node", n["metadata"]["name"])) for n in stack.nodes()),

@@ -303,3 +303,13 @@ def test_outside_tenant_namespaces_cpu_pods_and_node_agents_run(cluster: Applied
     finally:
         for namespace, name in (("sandbox", "web"), ("kube-system", "agent")):
             cluster.admin.delete("v1", "Pod", name, namespace)
+
+
+def test_on_openshift_only_admins_create_projects(cluster: Applied) -> None:
+    """A project outside the tenants would be a namespace without their quota: the stack empties OpenShift's
+    self-provisioners binding (owned by another field manager) and keeps the API server from restoring it."""
+    if not cluster.stack.openshift:
+        pytest.skip("OpenShift's project self-provisioning")
+    binding = cluster.admin.get("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "self-provisioners")
+    assert not binding.get("subjects")
+    assert binding["metadata"]["annotations"]["rbac.authorization.kubernetes.io/autoupdate"] == "false"

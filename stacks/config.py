@@ -145,6 +145,9 @@ class ClusterConfig(StrictModel):
     discovery: DiscoveryConfig = DiscoveryConfig()
     monitoring_namespaces: tuple[Annotated[str, _dns_label(63)], ...] | None = Field(
         default=None, description="namespaces whose Prometheus may scrape tenants; default by flavor")
+    project_self_provisioning: StrictBool = Field(
+        default=False, description="OpenShift: let every user create projects (namespaces outside the tenants' "
+                                   "quotas); off by default on GPU clusters")
     trusted_namespaces: tuple[Annotated[str, _dns_label(63)], ...] = Field(
         default=(), description="namespaces of cluster add-ons whose node agents tolerate every taint (logging, "
                                 "security); the GPU guard leaves them out as it does kube-system")
@@ -167,6 +170,9 @@ class ClusterConfig(StrictModel):
             if self.release or self.kernel:
                 raise ValueError("release and kernel belong to OpenShift clusters; on Kubernetes each pool declares "
                                  "the kernel its image boots")
+            if "project_self_provisioning" in self.model_fields_set:
+                raise ValueError("projectSelfProvisioning applies to OpenShift (its self-provisioner role); on "
+                                 "Kubernetes who may create namespaces is your RBAC's: remove it")
             if not (self.subnet_ids and self.security_group_ids and self.instance_profile):
                 raise ValueError("subnetIds, securityGroupIds and instanceProfile are required on Kubernetes "
                                  "(Auto Scaling Group pools)")

@@ -20,7 +20,7 @@ from components.node_pool import (AutoScalingPlacement, GpuNodePool, GpuNodePool
                                   MachineSetPlacement, cluster_autoscaler)
 from components.node_profile import NodeTuning
 from components.tenant_network import TenantNetwork, network_admission_args
-from components.tenant_quota import TenantQuota, TenantQuotaArgs, tenant_role
+from components.tenant_quota import TenantQuota, TenantQuotaArgs, self_provisioning_off, tenant_role
 from fleet.kernels import KernelInventory
 from stacks.config import NodePoolConfig, StackConfig
 from stacks.tuning import PoolTuning, node_profile, tenant_network_args
@@ -88,6 +88,8 @@ class GpuPlatform(pulumi.ComponentResource):
 
         priority_classes = self._priority_classes()
         role = tenant_role("tenant-role", pulumi.ResourceOptions(parent=self))
+        if openshift and not cluster.project_self_provisioning:
+            self_provisioning_off("project-self-provisioning-off", pulumi.ResourceOptions(parent=self))
         # Both bound before any tenant namespace exists, so no tenant pod is ever admitted unchecked.
         admission = TenantAdmission("tenant-admission", TenantAdmissionArgs(), pulumi.ResourceOptions(parent=self))
         # Outside tenant namespaces no pod gets a GPU: the quota exists only in tenants'.

@@ -206,3 +206,21 @@ def test_monitoring_namespaces_can_be_set() -> None:
 
     [rule] = plan.manifest("NetworkPolicy", "tenant-fence", name)["spec"]["ingress"]
     assert rule["from"][1:] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "prometheus"}}}]
+
+
+def test_openshift_projects_are_for_admins_unless_the_stack_allows_them(dev_plan: Plan) -> None:
+    """A self-provisioned project is a namespace outside every tenant's quota."""
+    binding = dev_plan.manifest("ClusterRoleBindingPatch", "self-provisioners")
+    assert binding["subjects"] == [] and binding["roleRef"]["name"] == "self-provisioner"
+    assert binding["metadata"]["annotations"] == {"rbac.authorization.kubernetes.io/autoupdate": "false",
+                                                  "pulumi.com/patchForce": "true"}
+    config = stack_config("dev")
+    config["gpu-platform:cluster"]["projectSelfProvisioning"] = True
+    assert render_stack("dev", config).kind("ClusterRoleBindingPatch") == []
+
+
+def test_trusted_namespaces_are_left_out_of_the_gpu_guard() -> None:
+    config = stack_config("prod")
+    config["gpu-platform:cluster"]["trustedNamespaces"] = ["logging"]
+    binding = render_stack("prod", config).manifest("ValidatingAdmissionPolicyBinding", "gpu-platform-gpu-guard")
+    assert "logging" in binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][1]["values"]

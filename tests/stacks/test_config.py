@@ -933,3 +933,13 @@ def test_termination_handler_role_is_kubernetes_only() -> None:
 ])
 def test_a_missing_list_or_mapping_says_what_to_write(mutate: Callable[[Values], Any], expected: str) -> None:
     assert config_error(mutate) == expected
+
+
+@pytest.mark.parametrize(("stack", "mutate", "expected"), [
+    ("prod", lambda v: v["cluster"].update(projectSelfProvisioning=False),
+     "gpu-platform:cluster: projectSelfProvisioning applies to OpenShift"),
+    ("dev", lambda v: v["cluster"].update(trustedNamespaces=["vision"]),
+     "gpu-platform:tenants[0].name: 'vision' is in cluster.trustedNamespaces"),
+])
+def test_guard_settings_that_cannot_hold(stack: str, mutate: Callable[[Values], Any], expected: str) -> None:
+    assert expected in config_error(mutate, stack)
