@@ -93,6 +93,7 @@ class OlmOperator(pulumi.ComponentResource):
             f"{name}-approver-binding", metadata=metadata(account, package.namespace),
             subjects=[{"kind": "ServiceAccount", "name": account, "namespace": package.namespace}],
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account}, opts=rbac)
+        scope = self._approval_scope(name, package, account, rbac)
         return k8s.batch.v1.Job(
             f"{name}-approve-install-plan",
             metadata=metadata(f"approve-{package.csv}"[:63].rstrip(".-"), package.namespace, annotations={
@@ -116,5 +117,30 @@ class OlmOperator(pulumi.ComponentResource):
                     }],
                 }},
             },
-            opts=child_options(self, opts, service_account, role, binding),
+            opts=child_options(self, opts, service_account, role, binding, scope),
         )
+
+    def _approval_scope(self, name: str, package: labels.OlmPackage, account: str,
+                        opts: pulumi.ResourceOptions) -> pulumi.Resource:
+        """RBAC cannot name install plans (OLM generates their names), so the approver's Role may patch any in the
+        namespace; this policy lets the approver change only the plans that install the pinned CSV."""
+        policy_name = f"gpu-platform-{account}"
+        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-approver-scope", metadata=metadata(policy_name), spec={
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": ["operators.coreos.com"], "apiVersions": ["*"], "operations": ["UPDATE"],
+                    "resources": ["installplans"]}]},
+                "matchConditions": [{"name": "the-approver", "expression": "request.userInfo.username == "
+                                     f"'system:serviceaccount:{package.namespace}:{account}'"}],
+                "validations": [{
+                    "expression": f"has(object.spec.clusterServiceVersionNames) && "
+                                  f"'{package.csv}' in object.spec.clusterServiceVersionNames",
+                    "message": f"{account} approves only the install plan of the pinned {package.csv}"}],
+            }, opts=opts)
+        return k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-approver-scope-binding", metadata=metadata(policy_name), spec={
+                "policyName": policy_name, "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {
+                    "kubernetes.io/metadata.name": package.namespace}}},
+            }, opts=child_options(self, opts, policy))

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from tests.cel import broken_rules
 from tests.conftest import Plan, stack_config
 
 # (namespace, package, pinned CSV, logical prefix) of the two operators dev installs through OLM.
@@ -52,6 +53,29 @@ def test_approver_approves_only_the_pinned_csv(dev_plan: Plan, namespace: str, p
     assert '"approved":true' in script
     assert "Succeeded" in script  # completes only once the CSV is installed
     assert approver["image"] == "registry.redhat.io/openshift4/ose-cli-rhel9:v4.18"
+
+
+@pytest.mark.parametrize(("namespace", "package", "csv", "prefix"), OPERATORS)
+def test_the_approver_may_change_only_the_pinned_csvs_install_plan(dev_plan: Plan, namespace: str, package: str,
+                                                                   csv: str, prefix: str) -> None:
+    """RBAC cannot name OLM's generated install plans; an admission policy scoped to the approver's service account
+    refuses its change of any plan that does not install the pinned CSV."""
+    policy = dev_plan.manifest("ValidatingAdmissionPolicy", f"gpu-platform-{package}-approver")["spec"]
+    [condition] = policy["matchConditions"]
+    assert condition["expression"] == f"request.userInfo.username == 'system:serviceaccount:{namespace}:{package}-approver'"
+    assert policy["matchConstraints"]["resourceRules"][0]["resources"] == ["installplans"]
+    rules = [(v["expression"], v["message"]) for v in policy["validations"]]
+
+    def plan_for(*csvs: str) -> dict[str, Any]:
+        return {"spec": {"approved": True, "clusterServiceVersionNames": list(csvs)}}
+
+    assert broken_rules({}, rules, plan_for(csv)) == []
+    assert broken_rules({}, rules, plan_for(f"{package}.v99.0.0")) == [
+        f"{package}-approver approves only the install plan of the pinned {csv}"]
+    binding = dev_plan.manifest("ValidatingAdmissionPolicyBinding", f"gpu-platform-{package}-approver")["spec"]
+    assert binding["validationActions"] == ["Deny"]
+    assert binding["matchResources"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+    assert dev_plan.depends_on(dev_plan.object("Job", f"approve-{csv}", namespace), f"{prefix}-approver-scope-binding")
 
 
 @pytest.mark.parametrize(("namespace", "package", "csv", "prefix"), OPERATORS)
