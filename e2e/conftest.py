@@ -2,7 +2,7 @@
 
 Every stack gets a fresh cluster (its cluster-scoped objects would collide with another stack's): CRDs installed from
 `../shared/reference/crds`, the namespaces the cluster already has, kwok nodes shaped like the stack's pools, then the
-stack's manifests applied in plan order with server-side apply, a server dry run first.
+stack's manifests applied in dependency order with server-side apply, a server dry run first.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes.dynamic.exceptions import ApiException
 
 from e2e.cluster import BIN, ControlPlane, missing_tools
-from e2e.kube import Kube, wait_for
+from e2e.kube import Kube, api_message, wait_for
 from e2e.stack import Stack
 from tests.conftest import ROOT
 
@@ -45,9 +46,13 @@ class Applied:
     admin: Kube
     rejected: dict[str, str] = field(default_factory=dict)  # object -> the API server's message
     live: dict[str, dict[str, Any]] = field(default_factory=dict)  # object -> as stored after the apply
+    users: dict[tuple[str, str], Kube] = field(default_factory=dict)
 
     def user(self, name: str, group: str) -> Kube:
-        return Kube(self.plane.kubeconfig, user=name, group=group)
+        """The client of a user in `group`, as the admin impersonates them."""
+        if (name, group) not in self.users:
+            self.users[name, group] = Kube(self.plane.kubeconfig, user=name, group=group)
+        return self.users[name, group]
 
 
 def object_key(obj: dict[str, Any]) -> str:
@@ -67,17 +72,14 @@ def install_crds(admin: Kube) -> None:
 
 
 def apply_stack(applied: Applied) -> None:
-    """Server dry run of every object, then the real apply, in plan order; refusals are recorded, not raised."""
-    from kubernetes.dynamic.exceptions import ApiException
-
+    """Server dry run of each object, then the real apply, in dependency order; refusals are recorded, not raised."""
     for obj in applied.stack.objects():
         key = object_key(obj)
         try:
             applied.admin.apply(obj, dry_run=True)
             applied.live[key] = applied.admin.apply(obj)
         except ApiException as error:
-            applied.rejected[key] = (yaml.safe_load(error.body) or {}).get("message", error.body) if error.body \
-                else str(error)
+            applied.rejected[key] = api_message(error)
 
 
 @pytest.fixture(scope="session")
@@ -116,7 +118,8 @@ def applied(request, tools, tmp_path_factory) -> Iterator[Applied]:
         wait_for(lambda: admin.get("rbac.authorization.k8s.io/v1", "ClusterRole", "edit").get("rules"),
                  "the edit ClusterRole aggregated", timeout=30)
         yield applied
-        admin.close()
+        for client in [admin, *applied.users.values()]:
+            client.close()
 
 
 def _ready(node: dict[str, Any] | None) -> bool:

@@ -77,13 +77,19 @@ class Kube:
         self.api.close()
 
 
+def api_message(error: ApiException) -> str:
+    """The message of the API server's Status in an error response."""
+    status = yaml.safe_load(error.body) if error.body else None
+    return str(status.get("message", error.body)) if isinstance(status, dict) else str(error)
+
+
 def refusal(call: Callable[[], Any]) -> str:
     """The API server's message for a request it refuses; fails the test if it is accepted."""
     try:
         call()
     except ApiException as error:
         if error.status in (400, 403, 409, 422):
-            return str(yaml.safe_load(error.body).get("message", error.body)) if error.body else str(error)
+            return api_message(error)
         raise
     raise AssertionError("the API server accepted a request it should refuse")
 
