@@ -17,14 +17,23 @@ INSTALL_TIMEOUT_SECONDS = 1200
 # approval): seconds on a healthy catalog; a pin the channel does not offer fails here, not at the Job's deadline.
 RESOLVE_TIMEOUT_SECONDS = 600
 
-# Approves only the install plan that installs the pinned CSV, then waits until that CSV has succeeded, so the
-# operator's CRDs exist once the Job completes. Install plans for any other version stay pending.
+# Approves the one install plan that installs the pinned CSV, then waits until that CSV has succeeded, so the
+# operator's CRDs exist once the Job completes. Install plans for any other version stay pending; two plans for the
+# pinned CSV (a catalog resolved twice) fail the Job with their names rather than approve a guess.
 APPROVE_SCRIPT = """set -eu
 echo "waiting for the install plan of $CSV"
-until plan=$(oc get installplan -n "$NAMESPACE" \\
-    -o jsonpath="{range .items[?(@.spec.clusterServiceVersionNames[0]=='$CSV')]}{.metadata.name}{end}") \\
-    && [ -n "$plan" ]; do sleep 10; done
-oc patch installplan "$plan" -n "$NAMESPACE" --type merge -p '{"spec":{"approved":true}}'
+while :; do
+  plans=$(oc get installplan -n "$NAMESPACE" \\
+    -o jsonpath="{range .items[?(@.spec.clusterServiceVersionNames[0]=='$CSV')]}{.metadata.name}{'\\n'}{end}")
+  count=$(printf '%s\\n' "$plans" | grep -c . || true)
+  [ "$count" -eq 0 ] || break
+  sleep 10
+done
+if [ "$count" -ne 1 ]; then
+  echo "$count install plans install $CSV in $NAMESPACE:" $plans "- set spec.approved: true on the right one" >&2
+  exit 1
+fi
+oc patch installplan "$plans" -n "$NAMESPACE" --type merge -p '{"spec":{"approved":true}}'
 until [ "$(oc get csv "$CSV" -n "$NAMESPACE" -o jsonpath='{.status.phase}' 2>/dev/null)" = Succeeded ]; do
   sleep 10
 done

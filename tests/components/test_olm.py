@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import subprocess
+
 import pytest
+
+from components.olm import APPROVE_SCRIPT
 
 from tests.cel import broken_rules
 from tests.conftest import Plan, stack_config
@@ -76,6 +80,40 @@ def test_the_approver_may_change_only_the_pinned_csvs_install_plan(dev_plan: Pla
     assert binding["validationActions"] == ["Deny"]
     assert binding["matchResources"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
     assert dev_plan.depends_on(dev_plan.object("Job", f"approve-{csv}", namespace), f"{prefix}-approver-scope-binding")
+
+
+# A stand-in for `oc`: install plans from $PLANS (one name a line), patches logged to $PATCHED, the CSV Succeeded.
+FAKE_OC = """#!/bin/bash
+case "$1 $2" in
+  "get installplan") printf '%b' "$PLANS" ;;
+  "get csv") echo Succeeded ;;
+  "patch installplan") echo "$3" >> "$PATCHED" ;;
+esac
+"""
+
+
+def run_approver(tmp_path, plans: str) -> tuple[subprocess.CompletedProcess, str]:
+    (tmp_path / "oc").write_text(FAKE_OC)
+    (tmp_path / "oc").chmod(0o755)
+    patched = tmp_path / "patched"
+    patched.touch()
+    result = subprocess.run(["bash", "-c", APPROVE_SCRIPT], capture_output=True, text=True, timeout=30, env={
+        "PATH": f"{tmp_path}:/usr/bin:/bin", "CSV": "nfd.4.18.0-1", "NAMESPACE": "openshift-nfd",
+        "PLANS": plans, "PATCHED": str(patched)})
+    return result, patched.read_text()
+
+
+def test_the_approver_approves_the_one_plan_of_the_pinned_csv(tmp_path) -> None:
+    result, patched = run_approver(tmp_path, "install-abcde\\n")
+    assert result.returncode == 0, result.stderr
+    assert patched == "install-abcde\n"
+
+
+def test_two_plans_for_the_pinned_csv_fail_the_approver_naming_both(tmp_path) -> None:
+    """The names used to be joined into one that matched no plan; now the Job fails and says which to approve."""
+    result, patched = run_approver(tmp_path, "install-abcde\\ninstall-fghij\\n")
+    assert result.returncode == 1 and patched == ""
+    assert "2 install plans install nfd.4.18.0-1 in openshift-nfd: install-abcde install-fghij" in result.stderr
 
 
 @pytest.mark.parametrize(("namespace", "package", "csv", "prefix"), OPERATORS)
