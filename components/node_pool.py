@@ -18,6 +18,11 @@ from fleet.catalog import InstanceType
 from fleet.kernels import KernelTarget
 
 MACHINE_API_NAMESPACE = "openshift-machine-api"
+CAPACITY_LABELS = "capacity.cluster-autoscaler.kubernetes.io/labels"
+# The MachineSet controller (machine-api-provider-aws) writes a MachineSet's vCPU, memory and GPU annotations from
+# its instance type: the program sets them too (scale from zero before the controller runs, and the capacity
+# policy reads them), and leaves them to the controller afterwards.
+CONTROLLER_ANNOTATIONS = [f'metadata.annotations["{key}"]' for key in labels.MACHINESET_CAPACITY_ANNOTATIONS.values()]
 # The cluster autoscaler's GPU label on AWS (cloudprovider/aws/aws_cloud_provider.go `GPULabel`): a node carrying it
 # counts as a GPU node before the device plugin advertises its GPUs, so the autoscaler does not scale up twice.
 AWS_ACCELERATOR_LABEL = "k8s.amazonaws.com/accelerator"
@@ -145,7 +150,9 @@ class GpuNodePool(pulumi.ComponentResource):
             labels.MACHINESET_CAPACITY_ANNOTATIONS["cpu"]: str(instance.vcpus),
             labels.MACHINESET_CAPACITY_ANNOTATIONS["memory"]: str(instance.memory_mib),
             labels.MACHINESET_CAPACITY_ANNOTATIONS["gpu"]: str(instance.gpus),
-            "capacity.cluster-autoscaler.kubernetes.io/labels": ",".join(f"{k}={v}" for k, v in node_labels.items()),
+            # The MachineSet controller (machine-api-provider-aws) merges kubernetes.io/arch into this list; holding it
+            # already (every catalog type is x86_64), the merge changes nothing and `pulumi up` sees no drift.
+            CAPACITY_LABELS: ",".join(f"{k}={v}" for k, v in {**node_labels, "kubernetes.io/arch": "amd64"}.items()),
             # `pulumi up` waits neither for machines (capacity may be unavailable) nor, on delete, for their drain.
             labels.SKIP_AWAIT: "true",
             labels.DELETION_PROPAGATION: "background",
@@ -190,7 +197,7 @@ class GpuNodePool(pulumi.ComponentResource):
             # `replicas` is the size the MachineSet is created with; the MachineAutoscaler's cluster autoscaler
             # moves it between the bounds afterwards, and `pulumi up` does not set it back.
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
-                ignore_changes=["spec.replicas"] if pool.autoscales else None)),
+                ignore_changes=[*(["spec.replicas"] if pool.autoscales else []), *CONTROLLER_ANNOTATIONS])),
         )
         if pool.max_replicas < 1:
             return  # a parked pool has nothing to scale, and a MachineAutoscaler's maxReplicas must be at least 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from dataclasses import dataclass, field
 from graphlib import TopologicalSorter
 from typing import Any
@@ -143,8 +144,24 @@ def object_name(resource: dict[str, Any]) -> str:
     return ""
 
 
-def _covers(prefix: str, path: str) -> bool:
-    return path == prefix or path.startswith((f"{prefix}.", f"{prefix}["))
+# A Pulumi property path (ignoreChanges, replaceOnChanges): `a.b[0]`, `a["key.with.dots"]`, `a[*].b`.
+_PATH_PART = re.compile(r'\.?([A-Za-z_$][\w$-]*)|\["((?:[^"\\]|\\.)*)"\]|\[(\d+|\*)\]')
+
+
+def property_path(text: str) -> list[Any]:
+    """The parts of a Pulumi property path: names, map keys and list indexes (`*` for any)."""
+    parts: list[Any] = []
+    for match in _PATH_PART.finditer(text):
+        name, key, index = match.groups()
+        parts.append(name if name is not None else key if key is not None else
+                     index if index == "*" else int(index))
+    return parts
+
+
+def _covers(ignored: str, parts: list[Any]) -> bool:
+    """Whether the property path `ignored` is `parts` or one of its parents."""
+    prefix = property_path(ignored)
+    return len(prefix) <= len(parts) and all(p == "*" or p == part for p, part in zip(prefix, parts))
 
 
 def _same(old: Any, new: Any) -> bool:
@@ -164,7 +181,7 @@ def _changes(old: dict[str, Any], new: dict[str, Any], ignore: list[str]) -> lis
         for item in items:
             parts = item.path(output_format="list")
             path = dotted(parts)
-            if any(_covers(ignored, path) for ignored in ignore):
+            if any(_covers(ignored, parts) for ignored in ignore):
                 continue
             changes.append(Change(path, None if isinstance(item.t1, NotPresent) else item.t1,
                                   None if isinstance(item.t2, NotPresent) else item.t2, named_path(parts, old, new)))

@@ -103,6 +103,17 @@ def test_ignore_changes_hides_the_path(dev_plan):
     assert diff_plans(old, new).steps == []
 
 
+def test_ignore_changes_reads_pulumi_property_paths(dev_plan):
+    """A map key with dots is quoted in a Pulumi property path (`a["b.c"]`): the engine ignores exactly it."""
+    old, new = copy.deepcopy(dev_plan.document), copy.deepcopy(dev_plan.document)
+    named(new, "pool-t4-inference")["inputs"]["metadata"]["annotations"]["machine.openshift.io/GPU"] = "2"
+    assert named(dev_plan.document, "pool-t4-inference")["options"]["ignoreChanges"]  # the program sets them
+    assert diff_plans(old, new).steps == []
+    named(new, "pool-t4-inference")["inputs"]["metadata"]["annotations"]["machine.openshift.io/os-id"] = "rhcos"
+    [step] = diff_plans(old, new).steps
+    assert [change.path for change in step.changes] == ["metadata.annotations.machine.openshift.io/os-id"]
+
+
 def test_refuses_to_delete_a_driver_that_nodes_still_run(render, dev_plan):
     config = stack_config("dev")
     kernel = config["gpu-platform:cluster"]["kernel"]
