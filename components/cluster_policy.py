@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -37,12 +37,14 @@ class ClusterPolicyStackArgs:
         device_plugin_config: the ConfigMap of device-plugin configs and the name of the default one, or None.
         service_monitor: the cluster runs the Prometheus Operator, so the operator creates the exporter's
             ServiceMonitor.
+        service_monitor_labels: labels on that ServiceMonitor, which the Prometheus that scrapes it selects by.
     """
 
     flavor: str
     images: dict[str, str]
     device_plugin_config: tuple[str, str] | None = None
     service_monitor: bool = False
+    service_monitor_labels: dict[str, str] = field(default_factory=dict)
 
 
 class ClusterPolicyStack(pulumi.ComponentResource):
@@ -84,7 +86,9 @@ class ClusterPolicyStack(pulumi.ComponentResource):
             "dcgmExporter": {"enabled": True, **images["dcgmExporter"],
                              # honorLabels keeps the exporter's namespace/pod labels (the GPU's user), not the exporter's own.
                              "serviceMonitor": {"enabled": args.service_monitor, "interval": "15s",
-                                                "honorLabels": True}},
+                                                "honorLabels": True,
+                                                **({"additionalLabels": args.service_monitor_labels}
+                                                   if args.service_monitor_labels else {})}},
             "migManager": {"enabled": True, **images["migManager"]},
             "mig": {"strategy": "single"},
             "nodeStatusExporter": {"enabled": False},

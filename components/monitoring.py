@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -12,13 +12,16 @@ from components import labels
 from components.manifests import child_options, metadata
 
 # Alerts on metrics the pinned dcgm-exporter collects by default (its dcp-metrics-included.csv, which the operator
-# loads) and on kube-state-metrics for the operator's DaemonSets. (alert, expr, for, severity, summary, description)
+# loads) and on kube-state-metrics' default node and DaemonSet series. A GPU node is one with the GPU taint
+# (kube_node_spec_taint): it has that series even when no GPU software ever ran on it, so absent GPU series are
+# caught too. (alert, expr, for, severity, summary, description)
 def alerts(namespace: str) -> list[tuple[str, str, str, str, str, str]]:
-    app = labels.DCGM_EXPORTER_APP
+    app, taint = labels.DCGM_EXPORTER_APP, labels.GPU_TAINT
+    gpu_nodes = f'kube_node_spec_taint{{key="{taint["key"]}",effect="{taint["effect"]}"}}'
     return [
-        # DCGM_FI_DEV_XID_ERRORS holds the last XID a GPU reported: alert when it changes to a new error, and stop
-        # once it has been quiet for the window, rather than forever after the first one.
-        ("GpuXidError", "DCGM_FI_DEV_XID_ERRORS != 0 and changes(DCGM_FI_DEV_XID_ERRORS[10m]) > 0", "0m", "critical",
+        # DCGM_FI_DEV_XID_ERRORS holds the last XID a GPU reported until its driver reloads: the alert fires while
+        # a GPU holds an XID (a repeat of the same code included), and resolves once the GPU has been reset.
+        ("GpuXidError", "DCGM_FI_DEV_XID_ERRORS != 0", "0m", "critical",
          "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} reported XID {{ $value }}",
          "An XID is a driver-reported GPU fault. Cordon the node, check `dmesg | grep NVRM`, and see NVIDIA's XID "
          "catalog."),
@@ -28,39 +31,49 @@ def alerts(namespace: str) -> list[tuple[str, str, str, str, str, str]]:
         ("GpuTemperatureHigh", "DCGM_FI_DEV_GPU_TEMP > 85", "5m", "warning",
          "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} is at {{ $value }} C",
          "Sustained heat throttles clocks. Check the instance's cooling and the workload's power draw."),
-        ("DcgmExporterDown", f'up{{job="{app}"}} == 0', "10m", "warning",
-         "DCGM exporter on {{ $labels.instance }} is not scraped",
-         f"No GPU metrics from this node: GPU alerts are blind there. Check the {app} pods in {namespace}."),
+        # A failed scrape is up == 0; an exporter never scraped at all has no `up` series, while GPU nodes exist.
+        ("DcgmExporterDown",
+         f'up{{job="{app}"}} == 0 or (absent(up{{job="{app}"}}) and on() count({gpu_nodes}) > 0)',
+         "10m", "warning", "No GPU metrics from the DCGM exporter {{ $labels.instance }}",
+         f"GPU alerts are blind where the exporter is not scraped. Check the {app} pods in {namespace} and the "
+         "Prometheus that should select its ServiceMonitor."),
         ("GpuDriverUnavailable",
          f'kube_daemonset_status_number_unavailable{{namespace="{namespace}",daemonset=~"nvidia-gpu-driver-.*"}} > 0',
          "15m", "critical", "Driver DaemonSet {{ $labels.daemonset }} has unavailable pods",
          "Nodes on this kernel have no working driver and no GPUs. Check the NVIDIADriver's status, the driver pod "
          "logs and that its image exists."),
+        # A node whose kernel has no driver never advertises nvidia.com/gpu, so it has no allocatable series at all.
         ("GpuNodeWithoutAllocatableGpus",
-         'kube_node_status_allocatable{resource="nvidia_com_gpu"} == 0',
+         f'{gpu_nodes} unless on(node) kube_node_status_allocatable{{resource="nvidia_com_gpu"}} > 0',
          "15m", "warning", "GPU node {{ $labels.node }} advertises no GPUs",
-         "The device plugin is not advertising nvidia.com/gpu. Check the driver, toolkit and device plugin pods."),
+         "The device plugin is not advertising nvidia.com/gpu: no driver for the node's kernel, or the toolkit or "
+         "device plugin failing. Check the NVIDIADriver of its kernel and the operand pods on the node."),
     ]
 
 
-PANELS = [
-    ("GPU utilisation (%)", "avg by (Hostname, gpu) (DCGM_FI_DEV_GPU_UTIL)"),
-    ("GPU memory used (MiB)", "sum by (Hostname, gpu) (DCGM_FI_DEV_FB_USED)"),
-    ("GPU temperature (C)", "max by (Hostname, gpu) (DCGM_FI_DEV_GPU_TEMP)"),
-    ("Power draw (W)", "sum by (Hostname) (DCGM_FI_DEV_POWER_USAGE)"),
-    ("XID errors", "max by (Hostname, gpu) (DCGM_FI_DEV_XID_ERRORS)"),
-    ("GPUs in use by namespace", "count by (namespace) (DCGM_FI_DEV_GPU_UTIL{namespace!=\"\"})"),
-]
+def panel_queries(namespace: str) -> list[tuple[str, str]]:
+    # The operator's ServiceMonitor honours the exporter's namespace/pod labels (a GPU's user); an idle GPU has none
+    # and keeps the exporter's own namespace, which therefore is not a user.
+    return [
+        ("GPU utilisation (%)", "avg by (Hostname, gpu) (DCGM_FI_DEV_GPU_UTIL)"),
+        ("GPU memory used (MiB)", "sum by (Hostname, gpu) (DCGM_FI_DEV_FB_USED)"),
+        ("GPU temperature (C)", "max by (Hostname, gpu) (DCGM_FI_DEV_GPU_TEMP)"),
+        ("Power draw (W)", "sum by (Hostname) (DCGM_FI_DEV_POWER_USAGE)"),
+        ("XID errors", "max by (Hostname, gpu) (DCGM_FI_DEV_XID_ERRORS)"),
+        ("GPUs in use by namespace",
+         f'count by (namespace) (DCGM_FI_DEV_GPU_UTIL{{namespace!="",namespace!="{namespace}"}})'),
+    ]
 
 
-def dashboard() -> dict:
+def dashboard(namespace: str) -> dict:
     """The Grafana dashboard: one time-series panel per question an on-call engineer asks first."""
     panels = [{
-        "id": index + 1, "type": "timeseries", "title": title,
+        # "graph": the panel type both OpenShift's console and Grafana (which migrates it) draw.
+        "id": index + 1, "type": "graph", "title": title,
         "gridPos": {"h": 8, "w": 12, "x": 12 * (index % 2), "y": 8 * (index // 2)},
         "datasource": {"type": "prometheus", "uid": "${datasource}"},
         "targets": [{"expr": expr, "refId": "A"}],
-    } for index, (title, expr) in enumerate(PANELS)]
+    } for index, (title, expr) in enumerate(panel_queries(namespace))]
     return {
         "title": "NVIDIA GPUs", "uid": "gpu-platform-dcgm", "schemaVersion": 39, "refresh": "30s",
         "time": {"from": "now-6h", "to": "now"},
@@ -69,13 +82,22 @@ def dashboard() -> dict:
     }
 
 
+# OpenShift's console shows the dashboards of ConfigMaps so labelled in this namespace; Grafana's sidecar (the
+# kube-prometheus-stack chart's default) those labelled grafana_dashboard.
+OPENSHIFT_DASHBOARDS = ("openshift-config-managed", {"console.openshift.io/dashboard": "true"})
+GRAFANA_DASHBOARD_LABELS = {"grafana_dashboard": "1"}
+
+
 @dataclass(frozen=True)
 class MonitoringStackArgs:
-    """Where the exporter runs, who may scrape it, and whether the Prometheus Operator's CRDs exist."""
+    """Where the exporter runs, who may scrape it, whether the Prometheus Operator's CRDs exist, the labels its
+    Prometheus selects rules by, and whether the dashboard goes to OpenShift's console (else Grafana's sidecar)."""
 
     namespace: str
     scrapers: tuple[str, ...]
     prometheus_operator: bool
+    rule_labels: dict[str, str] = field(default_factory=dict)
+    openshift: bool = False
 
 
 class MonitoringStack(pulumi.ComponentResource):
@@ -98,14 +120,15 @@ class MonitoringStack(pulumi.ComponentResource):
         if args.prometheus_operator:
             k8s.apiextensions.CustomResource(
                 f"{name}-alerts", api_version="monitoring.coreos.com/v1", kind="PrometheusRule",
-                metadata=metadata("gpu-alerts", args.namespace),
+                metadata=metadata("gpu-alerts", args.namespace, extra_labels=args.rule_labels),
                 spec={"groups": [{"name": "gpu-platform.rules", "rules": [{
                     "alert": alert, "expr": expr, "for": wait, "labels": {"severity": severity},
                     "annotations": {"summary": summary, "description": description},
                 } for alert, expr, wait, severity, summary, description in alerts(args.namespace)]}]},
                 opts=child)
+        where, dashboard_labels = OPENSHIFT_DASHBOARDS if args.openshift else (args.namespace,
+                                                                               GRAFANA_DASHBOARD_LABELS)
         k8s.core.v1.ConfigMap(
-            f"{name}-dashboard",
-            metadata=metadata("gpu-dashboard", args.namespace, extra_labels={"grafana_dashboard": "1"}),
-            data={"gpu-platform.json": json.dumps(dashboard(), indent=2, sort_keys=True)}, opts=child)
+            f"{name}-dashboard", metadata=metadata("gpu-dashboard", where, extra_labels=dashboard_labels),
+            data={"gpu-platform.json": json.dumps(dashboard(args.namespace), indent=2, sort_keys=True)}, opts=child)
         self.register_outputs({})

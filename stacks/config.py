@@ -48,6 +48,11 @@ def _whole(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
+# Kubernetes label keys ([prefix/]name) and values, as the API server validates them (ASCII only).
+_LABEL_NAME = r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?"
+LabelKey = Annotated[str, Field(pattern=rf"^([a-z0-9]([a-z0-9.-]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}$")]
+LabelValue = Annotated[str, Field(pattern=rf"^({_LABEL_NAME})?$")]
+
 # Integers as YAML writes them: never `true` (1), "2" nor 1.5.
 Int = Annotated[int, Strict(), BeforeValidator(_whole)]
 
@@ -578,6 +583,9 @@ class MonitoringConfig(StrictModel):
     """Whether the cluster runs the Prometheus Operator (built into OpenShift; optional on Kubernetes)."""
 
     prometheus_operator: StrictBool | None = Field(default=None, description="create ServiceMonitor and PrometheusRule")
+    rule_labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict, description="labels the Prometheus that should load the alerts and scrape the exporter "
+                                          "selects PrometheusRules and ServiceMonitors by (e.g. release: <its release>)")
 
     def enabled(self, flavor: str) -> bool:
         return self.prometheus_operator if self.prometheus_operator is not None else flavor == "openshift"

@@ -55,6 +55,7 @@ class GpuPlatform(pulumi.ComponentResource):
         cluster_policy = ClusterPolicyStack("cluster-policy", ClusterPolicyStackArgs(
             flavor=flavor, images={**labels.OPERAND_IMAGES, **config.images.operands()},
             device_plugin_config=device_plugin.config, service_monitor=config.prometheus_operator,
+            service_monitor_labels=dict(config.monitoring.rule_labels),
         ), pulumi.ResourceOptions(parent=self, depends_on=[operator.installed, device_plugin]))
         pull_secret = self._pull_secret(config, namespace, operator.installed)
         driver = DriverStack("driver", DriverStackArgs(
@@ -84,6 +85,7 @@ class GpuPlatform(pulumi.ComponentResource):
             cluster_autoscaler("cluster-autoscaler", list(pool_args.values()), pulumi.ResourceOptions(parent=self))
         MonitoringStack("monitoring", MonitoringStackArgs(
             namespace=namespace, scrapers=cluster.scrapers, prometheus_operator=config.prometheus_operator,
+            rule_labels=dict(config.monitoring.rule_labels), openshift=openshift,
         ), after_install)
 
         priority_classes = self._priority_classes()

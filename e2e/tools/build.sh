@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the real parts of the end-to-end suite from their published Go modules, pinned by the wrapper modules
-# beside this script (etcd/, kwok/, k8s/: go.mod + go.sum), into a git-ignored tool folder:
+# beside this script (etcd/, kwok/, promtool/, k8s/: go.mod + go.sum), into a git-ignored tool folder:
 #   e2e/tools/build.sh [BIN_DIR]      (default: .e2e-cache/bin in the project)
 # A tool is rebuilt only when its pins, this script or the Go version change (a stamp per tool records them), so
 # a warm run returns in seconds. Go's own module and build caches stay where Go keeps them, shared by every
@@ -56,6 +56,11 @@ fi
 
 build etcd etcd -- -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3
 build kwok kwok -- -ldflags "-s -w" -o "$bin/kwok" sigs.k8s.io/kwok/cmd/kwok
+# Prometheus publishes release 3.N.P as module version v0.3NN.P; stamp the release, as its own build does.
+prometheus=$(cd "$here/promtool" && go list -m -f '{{.Version}}' github.com/prometheus/prometheus)
+prometheus="3.$((10#${prometheus:4:2})).${prometheus##*.}"
+build promtool promtool -- -ldflags "-s -w -X github.com/prometheus/common/version.Version=$prometheus" \
+  -o "$bin/promtool" github.com/prometheus/prometheus/cmd/promtool
 build k8s kube-apiserver kube-controller-manager kube-scheduler -- -ldflags "$k8s_ldflags" -o "$bin/" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler

@@ -1,0 +1,115 @@
+"""The stack's GPU alerts, run by Prometheus' own rule engine (`promtool test rules`, built from its Go module): each
+fires on the failure it exists for, absent series included, and resolves when the failure ends."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components import labels
+from e2e.cluster import BIN
+from tests.conftest import render_stack
+
+PROMTOOL = BIN / "promtool"
+APP = labels.DCGM_EXPORTER_APP
+TAINTED = f'kube_node_spec_taint{{key="{labels.GPU_TAINT["key"]}",effect="{labels.GPU_TAINT["effect"]}",node="n1"}}'
+
+
+@pytest.fixture(scope="module")
+def rules(tools: Path, tmp_path_factory) -> tuple[Path, str]:
+    """prod's rule groups as Prometheus loads them, and the operator namespace the rules name."""
+    plan = render_stack("prod")
+    [rule] = plan.kind("PrometheusRule")
+    folder = tmp_path_factory.mktemp("rules")
+    (folder / "full.yaml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    # Expected alerts are compared with their annotations too: the tests judge expressions, waits and labels, and
+    # leave the annotations' templates to `promtool check rules`.
+    groups = [{**group, "rules": [{k: v for k, v in r.items() if k != "annotations"} for r in group["rules"]]}
+              for group in rule["spec"]["groups"]]
+    (folder / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
+    return folder, rule["metadata"]["namespace"]
+
+
+def promtool_test(folder: Path, series: list[dict[str, str]], checks: list[dict[str, Any]]) -> None:
+    test = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": checks}]}
+    (folder / "test.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
+    result = subprocess.run([str(PROMTOOL), "test", "rules", "test.yaml"], cwd=folder, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def alert(name: str, at: str, *expected: dict[str, str]) -> dict[str, Any]:
+    return {"eval_time": at, "alertname": name, "exp_alerts": [{"exp_labels": e} for e in expected]}
+
+
+def test_the_rules_load_and_their_templates_parse(rules) -> None:
+    folder, _ = rules
+    result = subprocess.run([str(PROMTOOL), "check", "rules", "full.yaml"], cwd=folder, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_an_xid_fires_while_the_gpu_holds_it_and_resolves_after_a_reset(rules) -> None:
+    """A repeat of the same XID keeps the alert firing (the old `changes()` rule went quiet after 10 minutes)."""
+    gpu = {"gpu": "0", "Hostname": "n1", "severity": "critical"}
+    promtool_test(rules[0], [{"series": 'DCGM_FI_DEV_XID_ERRORS{gpu="0",Hostname="n1"}',
+                              "values": "0 0 79x20 0 0"}], [
+        alert("GpuXidError", "1m"),
+        alert("GpuXidError", "3m", gpu),
+        alert("GpuXidError", "20m", gpu),
+        alert("GpuXidError", "24m"),
+    ])
+
+
+def test_a_failed_row_remap_fires_and_resolves(rules) -> None:
+    gpu = {"gpu": "1", "Hostname": "n1", "severity": "critical"}
+    promtool_test(rules[0], [{"series": 'DCGM_FI_DEV_ROW_REMAP_FAILURE{gpu="1",Hostname="n1"}',
+                              "values": "0 1 1 0"}], [
+        alert("GpuRowRemapFailure", "0m"), alert("GpuRowRemapFailure", "1m", gpu), alert("GpuRowRemapFailure", "3m")])
+
+
+def test_a_hot_gpu_fires_after_five_minutes_and_resolves(rules) -> None:
+    gpu = {"gpu": "0", "Hostname": "n1", "severity": "warning"}
+    promtool_test(rules[0], [{"series": 'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="n1"}', "values": "90x7 70x3"}], [
+        alert("GpuTemperatureHigh", "4m"), alert("GpuTemperatureHigh", "6m", gpu), alert("GpuTemperatureHigh", "9m")])
+
+
+def test_an_exporter_that_fails_its_scrapes_fires(rules) -> None:
+    down = {"job": APP, "instance": "10.0.0.1:9400", "severity": "warning"}
+    promtool_test(rules[0], [{"series": f'up{{job="{APP}",instance="10.0.0.1:9400"}}', "values": "0x12 1x3"}], [
+        alert("DcgmExporterDown", "9m"), alert("DcgmExporterDown", "11m", down), alert("DcgmExporterDown", "14m")])
+
+
+def test_an_exporter_never_scraped_fires_while_gpu_nodes_exist(rules) -> None:
+    """No `up` series at all: an exporter Prometheus never found (the old `up == 0` rule stayed silent)."""
+    promtool_test(rules[0], [{"series": TAINTED, "values": "1x12"}], [
+        alert("DcgmExporterDown", "11m", {"job": APP, "severity": "warning"})])
+    promtool_test(rules[0], [{"series": 'kube_node_info{node="cpu-0"}', "values": "1x12"}], [
+        alert("DcgmExporterDown", "11m")])  # no GPU node: nothing to scrape, nothing to say
+
+
+def test_a_driver_daemonset_with_unavailable_pods_fires(rules) -> None:
+    folder, namespace = rules
+    driver = {"namespace": namespace, "daemonset": "nvidia-gpu-driver-ubuntu22.04-abc", "severity": "critical"}
+    series = (f'kube_daemonset_status_number_unavailable{{namespace="{namespace}",'
+              'daemonset="nvidia-gpu-driver-ubuntu22.04-abc"}')
+    promtool_test(folder, [{"series": series, "values": "1x17 0"}], [
+        alert("GpuDriverUnavailable", "14m"), alert("GpuDriverUnavailable", "16m", driver),
+        alert("GpuDriverUnavailable", "18m")])
+
+
+def test_a_gpu_node_that_never_advertised_gpus_fires(rules) -> None:
+    """A kernel without a driver: the node has no allocatable nvidia.com/gpu series at all (the old `== 0` rule
+    stayed silent); it resolves once the device plugin advertises GPUs."""
+    node = {"key": labels.GPU_TAINT["key"], "effect": labels.GPU_TAINT["effect"], "node": "n1",
+            "severity": "warning"}
+    promtool_test(rules[0], [
+        {"series": TAINTED, "values": "1x30"},
+        {"series": 'kube_node_status_allocatable{resource="nvidia_com_gpu",node="n1"}', "values": "_x20 4x10"},
+    ], [alert("GpuNodeWithoutAllocatableGpus", "14m"), alert("GpuNodeWithoutAllocatableGpus", "16m", node),
+        alert("GpuNodeWithoutAllocatableGpus", "22m")])
