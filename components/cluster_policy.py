@@ -34,7 +34,7 @@ class ClusterPolicyStackArgs:
     Attributes:
         flavor: `kubernetes` or `openshift` (drivers built with the Driver Toolkit unless precompiled).
         images: operand images by ClusterPolicy section (labels.OPERAND_IMAGES with the stack's overrides).
-        device_plugin_config: the ConfigMap of device-plugin configs and the name of the default one, or None.
+        device_plugin_config: the ConfigMap of device-plugin configs and the name of the default one.
         service_monitor: the cluster runs the Prometheus Operator, so the operator creates the exporter's
             ServiceMonitor.
         service_monitor_labels: labels on that ServiceMonitor, which the Prometheus that scrapes it selects by.
@@ -42,7 +42,7 @@ class ClusterPolicyStackArgs:
 
     flavor: str
     images: dict[str, str]
-    device_plugin_config: tuple[str, str] | None = None
+    device_plugin_config: tuple[str, str]
     service_monitor: bool = False
     service_monitor_labels: dict[str, str] = field(default_factory=dict)
 
@@ -68,10 +68,9 @@ class ClusterPolicyStack(pulumi.ComponentResource):
     @staticmethod
     def _spec(args: ClusterPolicyStackArgs) -> dict:
         images = {section: operand_image(image) for section, image in args.images.items()}
-        device_plugin: dict = {"enabled": True, **images["devicePlugin"], "env": _env(DEVICE_PLUGIN_ENV)}
-        if args.device_plugin_config:
-            config_map, default = args.device_plugin_config
-            device_plugin["config"] = {"name": config_map, "default": default}
+        config_map, default = args.device_plugin_config
+        device_plugin = {"enabled": True, **images["devicePlugin"], "env": _env(DEVICE_PLUGIN_ENV),
+                         "config": {"name": config_map, "default": default}}
         return {
             "operator": {"use_ocp_driver_toolkit": args.flavor == "openshift"},
             "daemonsets": {"priorityClassName": labels.NODE_CRITICAL_PRIORITY,

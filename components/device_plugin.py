@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pulumi
@@ -12,42 +13,46 @@ from components import labels
 from components.manifests import child_options, metadata
 
 CONFIG_MAP = "device-plugin-config"
-TIME_SLICING = "time-slicing"
+WHOLE = "whole"  # the default config, for GPU nodes no pool labels: every GPU whole, a pod may ask for several
 
 
-def time_slicing_config(replicas: int) -> dict:
-    """k8s-device-plugin's config (api/config/v1): every GPU shared by `replicas` pods, one share per request."""
-    return {
-        "version": "v1",
-        "flags": {"migStrategy": "single"},
-        "sharing": {"timeSlicing": {"failRequestsGreaterThanOne": True, "resources": [
-            {"name": labels.GPU_RESOURCE, "replicas": replicas}]}},
-    }
+def plugin_config(replicas: int | None) -> dict:
+    """k8s-device-plugin's config (api/config/v1): whole GPUs, or every GPU shared by `replicas` pods with one share
+    per request (two shares could land on one GPU, so asking for more than one would promise what is not there)."""
+    config: dict = {"version": "v1", "flags": {"migStrategy": "single"}}
+    if replicas:
+        config["sharing"] = {"timeSlicing": {"failRequestsGreaterThanOne": True, "resources": [
+            {"name": labels.GPU_RESOURCE, "replicas": replicas}]}}
+    return config
 
 
 @dataclass(frozen=True)
 class DevicePluginStackArgs:
-    """GPU time-slicing (off when None) and the operator's namespace, where the device plugin reads its config."""
+    """The operator's namespace, where the device plugin reads its configs, and each pool's time-slicing replicas
+    (None: whole GPUs)."""
 
     namespace: str
-    time_slicing_replicas: int | None = None
+    pools: Mapping[str, int | None]
 
 
 class DevicePluginStack(pulumi.ComponentResource):
-    """The device plugin's config map; `config` is (config map, default config) for the ClusterPolicy, or None.
+    """The device plugin's configs: one per pool, named after it, which its nodes select by the label
+    labels.DEVICE_PLUGIN_CONFIG_LABEL, and whole GPUs for any other GPU node. `config` is (config map, default
+    config) for the ClusterPolicy.
 
-    NVIDIA's device plugin, GPU feature discovery and the container toolkit themselves run under the GPU Operator.
+    A pool's config keeps its name when its sharing changes, so the device plugin on its running nodes picks the
+    change up; only a new pool's label waits for its machines. NVIDIA's device plugin, GPU feature discovery and
+    the container toolkit themselves run under the GPU Operator.
     """
 
-    config: tuple[str, str] | None
+    config: tuple[str, str]
 
     def __init__(self, name: str, args: DevicePluginStackArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:DevicePluginStack", name, None, opts)
-        self.config = None
-        if args.time_slicing_replicas:
-            k8s.core.v1.ConfigMap(
-                f"{name}-config", metadata=metadata(CONFIG_MAP, args.namespace),
-                data={TIME_SLICING: yaml.safe_dump(time_slicing_config(args.time_slicing_replicas), sort_keys=False)},
-                opts=child_options(self, opts))
-            self.config = (CONFIG_MAP, TIME_SLICING)
-        self.register_outputs({"config": list(self.config) if self.config else None})
+        configs = {WHOLE: plugin_config(None), **{pool: plugin_config(replicas) for pool, replicas in args.pools.items()}}
+        k8s.core.v1.ConfigMap(
+            f"{name}-config", metadata=metadata(CONFIG_MAP, args.namespace),
+            data={key: yaml.safe_dump(config, sort_keys=False) for key, config in configs.items()},
+            opts=child_options(self, opts))
+        self.config = (CONFIG_MAP, WHOLE)
+        self.register_outputs({"config": list(self.config)})

@@ -19,6 +19,10 @@ KERNEL_LABEL = f"{NFD_PREFIX}/kernel-version.full"
 OS_ID_LABEL = f"{NFD_PREFIX}/system-os_release.ID"
 OS_VERSION_LABEL = f"{NFD_PREFIX}/system-os_release.VERSION_ID"
 
+# The node label by which NVIDIA's device plugin picks its config from the ConfigMap the ClusterPolicy names
+# (k8s-device-plugin's config manager, `--node-label`); nodes without it use the ClusterPolicy's default config.
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+
 # Labels the platform puts on its own nodes and objects.
 POOL_LABEL = "gpu-platform.io/pool"
 GPU_NODE_SELECTOR = {NVIDIA_PCI_LABEL: "true"}

@@ -100,6 +100,12 @@ class GpuNodePoolArgs:
     profile: NodeProfile | None = None  # node tuning (OpenShift: the pool's node role; AWS: its boot configuration)
     efa_interfaces: int = 0  # EFA interfaces per node (fabric: efa), in the pool's cluster placement group
     placement_group: pulumi.Input[str] | None = None
+    sharing: int | None = None  # time-slicing replicas of each GPU; None: whole GPUs
+
+    @property
+    def advertised_gpus_per_node(self) -> int:
+        """nvidia.com/gpu one node advertises, which the cluster autoscaler counts: GPUs times their sharing."""
+        return self.instance.gpus * (self.sharing or 1)
 
     @property
     def autoscales(self) -> bool:
@@ -123,7 +129,9 @@ class GpuNodePool(pulumi.ComponentResource):
         # The engine refuses to delete (or replace) a protected resource: removing a pool takes `retired` first.
         child = pulumi.ResourceOptions.merge(child_options(self, opts), pulumi.ResourceOptions(
             protect=not args.retired))
-        node_labels = {**self.node_selector, labels.MACHINESET_GPU_TYPE_LABEL: args.instance.gpu_model}
+        # The device plugin config of the pool's nodes is named after the pool (DevicePluginStack).
+        node_labels = {**self.node_selector, labels.MACHINESET_GPU_TYPE_LABEL: args.instance.gpu_model,
+                       labels.DEVICE_PLUGIN_CONFIG_LABEL: args.name}
         if isinstance(args.placement, MachineSetPlacement):
             self.roll = {"method": "machineset", "note": MACHINESET_ROLL}
             self._machine_set(name, args, args.placement, node_labels, child)
@@ -244,7 +252,7 @@ class GpuNodePool(pulumi.ComponentResource):
             labels.CA_CLUSTER_TAG.format(cluster=cluster.cluster): "owned",
             f"kubernetes.io/cluster/{cluster.cluster}": "owned",
             labels.CA_TAINT_TAG.format(key=labels.GPU_TAINT["key"]): f":{labels.GPU_TAINT['effect']}",
-            labels.CA_RESOURCE_TAG.format(resource=labels.GPU_RESOURCE): str(instance.gpus),
+            labels.CA_RESOURCE_TAG.format(resource=labels.GPU_RESOURCE): str(pool.advertised_gpus_per_node),
             # aws_manager.go extractLabelsFromAsg: node-template/label/<key> = <value>, for scale from zero.
             **kernel_annotations(pool),
             IMAGE_TAG: pool.image,
@@ -307,7 +315,8 @@ CLUSTER_AUTOSCALER_NAME = "default"
 
 def cluster_autoscaler(name: str, pools: list[GpuNodePoolArgs],
                        opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource | None:
-    """OpenShift: the cluster's ClusterAutoscaler when a pool autoscales, capping GPUs per type at the pools' maxima.
+    """OpenShift: the cluster's ClusterAutoscaler when a pool autoscales, capping GPUs per type at the pools' maxima
+    (as advertised: shared GPUs count once per share).
 
     `resourceLimits.gpus[].type` is matched against the nodes' `cluster-api/accelerator` label
     (pkg/apis/autoscaling/v1/clusterautoscaler_types.go GPULimit), which every MachineSet sets to its GPU model.
@@ -318,7 +327,8 @@ def cluster_autoscaler(name: str, pools: list[GpuNodePoolArgs],
     gpus: dict[str, int] = {}
     for pool in pools:
         model = pool.instance.gpu_model
-        gpus[model] = gpus.get(model, 0) + pool.max_replicas * pool.instance.gpus
+        # The autoscaler counts a node's allocatable nvidia.com/gpu (utils/gpu), which time-slicing multiplies.
+        gpus[model] = gpus.get(model, 0) + pool.max_replicas * pool.advertised_gpus_per_node
     return k8s.apiextensions.CustomResource(
         name,
         api_version="autoscaling.openshift.io/v1",

@@ -49,8 +49,8 @@ class Stack:
                 if priority_class is None or tenant.priority_class == priority_class]
 
     def gpus_per_node(self, pool: Any) -> int:
-        """What the device plugin advertises on one node of the pool: its GPUs, times the time-slicing replicas."""
-        return pool.instance.gpus * (self.config.device_plugin.time_slicing_replicas or 1)
+        """What the device plugin advertises on one node of the pool: its GPUs, times its time-slicing replicas."""
+        return pool.advertised_gpus_per_node
 
     def nodes(self) -> list[dict[str, Any]]:
         """kwok nodes: each pool's replicas with the labels and taints its machines register with (from the

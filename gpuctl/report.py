@@ -239,10 +239,14 @@ def pool_row(pool: PoolChange, summary: FleetSummary) -> dict[str, str]:
         "pool": pool.name + (" (new)" if before is None else " (removed)" if after is None else ""),
         "instance": _arrow(before and before.instance_type, after and after.instance_type),
         "nodes": _arrow(before and before.nodes, after and after.nodes, "0"),
-        "GPUs": _arrow(before and before.gpus, after and after.gpus, "0"),
+        "GPUs": _arrow(before and _gpus_shared(before), after and _gpus_shared(after), "0"),
         "OS / kernel": _arrow(_os_kernel(before, summary.release_before), _os_kernel(after, summary.release_after)),
         "roll": pool.roll,
     } if either else {}
+
+
+def _gpus_shared(pool: PoolState) -> str:
+    return f"{pool.gpus} shared x{pool.sharing}" if (pool.sharing or 1) > 1 else str(pool.gpus)
 
 
 def kernel_row(kernel: KernelChange) -> dict[str, str]:
@@ -270,10 +274,10 @@ def capacity_rows(summary: FleetSummary) -> list[dict[str, str]]:
     capacity = summary.capacity
     rows = [{"": "GPUs in the pools", "value": _arrow(capacity.gpus_before, capacity.gpus_after)},
             {"": "sum of tenant GPU quotas", "value": _arrow(capacity.quota_before, capacity.quota_after)}]
-    if capacity.sharing_before or capacity.sharing_after:
-        rows.append({"": "time-slicing: pods per GPU", "value": _arrow(capacity.sharing_before or "off",
-                                                                       capacity.sharing_after or "off")})
-    after = capacity.gpus_after * (capacity.sharing_after or 1)
+    if (capacity.schedulable_before, capacity.schedulable_after) != (capacity.gpus_before, capacity.gpus_after):
+        rows.append({"": "advertised (time-slicing counts each share)",
+                     "value": _arrow(capacity.schedulable_before, capacity.schedulable_after)})
+    after = capacity.schedulable_after
     rows.append({"": "quota / schedulable GPUs", "value": f"{capacity.quota_after} / {after}"
                  + (" (over capacity)" if capacity.quota_after > after else "")})
     return rows

@@ -54,6 +54,12 @@ class PoolState:
     roll: dict[str, Any] = field(default_factory=dict)
     retired: bool = False
     profile: dict[str, Any] = field(default_factory=dict)  # how a node profile change reaches the nodes
+    sharing: int | None = None  # pods per GPU under device-plugin time-slicing; 1 or None: whole GPUs
+
+    @property
+    def advertised(self) -> int:
+        """nvidia.com/gpu the pool's nodes advertise: its GPUs times their sharing."""
+        return self.gpus * (self.sharing or 1)
 
 
 @dataclass(frozen=True)
@@ -97,8 +103,8 @@ class Capacity:
     gpus_after: int
     quota_before: int
     quota_after: int
-    sharing_before: int | None  # pods per GPU under device-plugin time-slicing; None when off
-    sharing_after: int | None
+    schedulable_before: int  # nvidia.com/gpu the pools advertise (time-slicing multiplies GPUs), what quotas count
+    schedulable_after: int
 
 
 @dataclass(frozen=True)
@@ -153,12 +159,14 @@ def pool_states(plan: dict[str, Any]) -> dict[str, PoolState]:
     """Each pool of a plan: from its `pools` output, else from its records (plans written before that output)."""
     outputs = _outputs(plan)
     if isinstance(outputs.get("pools"), dict):
+        # Plans from before each pool chose its sharing have one fleet-wide time-slicing config instead.
+        fleet_sharing = None if all("sharing" in pool for pool in outputs["pools"].values()) else time_slicing(plan)
         return {name: PoolState(
             instance_type=pool.get("instanceType"), nodes=pool.get("nodes", 0), gpus=pool.get("gpus", 0),
             gpus_per_node=pool.get("gpusPerNode", 0), os=pool.get("os"), kernel=pool.get("kernel"),
             image=pool.get("image"), min_nodes=pool.get("minNodes"), max_nodes=pool.get("maxNodes"),
             roll=dict(pool.get("roll") or {}), retired=bool(pool.get("retired")),
-            profile=dict(pool.get("profile") or {}))
+            profile=dict(pool.get("profile") or {}), sharing=pool.get("sharing", fleet_sharing))
             for name, pool in sorted(outputs["pools"].items())}
     capacity = outputs.get("capacity") or {}
     states = {}
@@ -186,7 +194,8 @@ def pool_states(plan: dict[str, Any]) -> dict[str, PoolState]:
 
 
 def time_slicing(plan: dict[str, Any]) -> int | None:
-    """Pods per GPU under the device plugin's time-slicing config (k8s-device-plugin config v1), None when off."""
+    """Pods per GPU of a plan written when time-slicing was the whole fleet's (its pools' outputs say no `sharing`):
+    the device plugin's one time-slicing config (k8s-device-plugin config v1), None when off."""
     for resource in plan["resources"]:
         if resource["type"] != CONFIG_MAP:
             continue
@@ -465,7 +474,8 @@ def summarize(old: dict[str, Any], new: dict[str, Any], diff: PlanDiff, *,
     tenants = _tenants(old, new)
     capacity = Capacity(_outputs(old).get("totalGpus", sum(p.gpus for p in old_pools.values())),
                         _outputs(new).get("totalGpus", sum(p.gpus for p in new_pools.values())),
-                        _quota(tenants, "before"), _quota(tenants, "after"), time_slicing(old), time_slicing(new))
+                        _quota(tenants, "before"), _quota(tenants, "after"),
+                        sum(p.advertised for p in old_pools.values()), sum(p.advertised for p in new_pools.values()))
     return FleetSummary(new.get("stack", ""), release[0], release[1], pools, kernels, tenants, capacity,
                         _destructive(diff, pools, tenants, kernels), _unknowns(diff, pools, kernels, offline),
                         _engine_notes(diff))

@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import yaml
+
 from pulumi_policy import (
     EnforcementLevel,
     PolicyConfigSchema,
@@ -179,13 +181,37 @@ def gpu_pools(resources: Iterable[PolicyResource]) -> list[PolicyResource]:
             and ((r.parent is not None and r.parent.resource_type == POOL_COMPONENT) or gpus_per_node(r) > 0)]
 
 
-def pool_capacity(pool: PolicyResource) -> int:
-    """GPUs a pool holds at its configured size."""
+def device_plugin_sharing(resources: Iterable[PolicyResource]) -> dict[str, int]:
+    """Time-slicing replicas of nvidia.com/gpu by device-plugin config name, from the ConfigMap the ClusterPolicy
+    names (spec.devicePlugin.config.name); configs that do not share are left out."""
+    found = index(resources)
+    names = {dig(policy.props, "spec", "devicePlugin", "config", "name") for policy in found.of_kind("ClusterPolicy")}
+    sharing = {}
+    for config_map in found.of_kind("ConfigMap"):
+        if dig(config_map.props, "metadata", "name") not in names:
+            continue
+        for key, text in (config_map.props.get("data") or {}).items():
+            try:
+                config = yaml.safe_load(text) if isinstance(text, str) else None
+            except yaml.YAMLError:
+                continue
+            for entry in items(dig(config, "sharing", "timeSlicing", "resources")):
+                if isinstance(entry, Mapping) and entry.get("name") == labels.GPU_RESOURCE and whole(entry.get("replicas")):
+                    sharing[key] = whole(entry["replicas"])
+    return sharing
+
+
+def pool_capacity(pool: PolicyResource, sharing: Mapping[str, int]) -> int:
+    """nvidia.com/gpu a pool advertises at its configured size: an Auto Scaling Group's node template says it; a
+    MachineSet's GPU annotation counts physical GPUs, times the sharing of the config its nodes select."""
     if pool.resource_type == MACHINE_SET:
         nodes = dig(pool.props, "spec", "replicas")
+        config = dig(pool.props, "spec", "template", "spec", "metadata", "labels", labels.DEVICE_PLUGIN_CONFIG_LABEL)
+        per_node = gpus_per_node(pool) * sharing.get(config, 1)
     else:
         nodes = pool.props.get("desiredCapacity", pool.props.get("minSize"))
-    return (whole(nodes) or 0) * gpus_per_node(pool)
+        per_node = gpus_per_node(pool)
+    return (whole(nodes) or 0) * per_node
 
 
 def registers_gpu_taint(template: PolicyResource) -> bool:
@@ -324,10 +350,11 @@ def _quota_within_capacity(args: StackValidationArgs, report: ReportViolation) -
     ratio = float(args.get_config().get("maxOvercommit", DEFAULT_OVERCOMMIT))
     promised = tenant_gpu_quotas(args.resources)
     total = sum(promised.values())
-    capacity = sum(pool_capacity(pool) for pool in gpu_pools(index(args.resources).selected(is_pool)))
+    sharing = device_plugin_sharing(args.resources)
+    capacity = sum(pool_capacity(pool, sharing) for pool in gpu_pools(index(args.resources).selected(is_pool)))
     if total > capacity * ratio:
         tenants = ", ".join(f"{name} {gpus}" for name, gpus in sorted(promised.items()))
-        report(f"tenant GPU quotas add up to {total} GPUs ({tenants}) but the GPU pools hold {capacity}; with "
+        report(f"tenant GPU quotas add up to {total} GPUs ({tenants}) but the GPU pools advertise {capacity}; with "
                f"maxOvercommit {ratio:g} at most {capacity * ratio:g} may be promised. Lower the tenants' GPUs, add "
                "pool replicas, or raise maxOvercommit in the pack config", None)
 

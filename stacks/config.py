@@ -373,6 +373,8 @@ class NodePoolConfig(StrictModel):
     root_volume_gib: Int = Field(default=200, ge=50, le=16384)
     profile: NodeProfileConfig | None = Field(default=None, description="node tuning; none: the image's defaults")
     fabric: Literal["efa"] | None = Field(default=None, description="Kubernetes: EFA interfaces for collectives")
+    time_slicing_replicas: Int | None = Field(default=None, ge=2, le=64, description=(
+        "share each GPU of the pool between this many pods (one share per request); unset: whole GPUs"))
     subnet_id: str | None = Field(default=None, pattern=r"^subnet-[0-9a-f]{8,17}$",
                                   description="Kubernetes: the one subnet (one zone) of an EFA pool")
     roll: RollConfig = Field(default=RollConfig(), description="Kubernetes: how an image change replaces the nodes")
@@ -420,6 +422,15 @@ class NodePoolConfig(StrictModel):
     @property
     def gpu_capacity(self) -> int:
         return self.replicas * self.instance.gpus
+
+    @property
+    def advertised_gpus_per_node(self) -> int:
+        """What the device plugin advertises on one node as nvidia.com/gpu: its GPUs, times the pool's sharing."""
+        return self.instance.gpus * (self.time_slicing_replicas or 1)
+
+    @property
+    def advertised_capacity(self) -> int:
+        return self.replicas * self.advertised_gpus_per_node
 
     @property
     def autoscaler_max(self) -> int:
@@ -546,9 +557,16 @@ class TenantConfig(StrictModel):
 
 
 class DevicePluginConfig(StrictModel):
-    """Device plugin options."""
+    """Device plugin options. `timeSlicingReplicas` was the whole fleet's; it is each pool's now (refused here)."""
 
     time_slicing_replicas: Int | None = Field(default=None, ge=2, le=64)
+
+    @model_validator(mode="after")
+    def _check(self) -> DevicePluginConfig:
+        if self.time_slicing_replicas is not None:
+            raise ValueError("timeSlicingReplicas is a pool's choice: move it to nodePools[].timeSlicingReplicas of "
+                             "the pools that share their GPUs (the others then take multi-GPU requests)")
+        return self
 
 
 def _image():

@@ -51,7 +51,8 @@ class GpuPlatform(pulumi.ComponentResource):
         ), pulumi.ResourceOptions(parent=self, depends_on=[nfd.ready]))
         after_install = pulumi.ResourceOptions(parent=self, depends_on=[operator.installed])
         device_plugin = DevicePluginStack("device-plugin", DevicePluginStackArgs(
-            namespace=namespace, time_slicing_replicas=config.device_plugin.time_slicing_replicas), after_install)
+            namespace=namespace, pools={pool.name: pool.time_slicing_replicas for pool in config.node_pools}),
+            after_install)
         cluster_policy = ClusterPolicyStack("cluster-policy", ClusterPolicyStackArgs(
             flavor=flavor, images={**labels.OPERAND_IMAGES, **config.images.operands()},
             device_plugin_config=device_plugin.config, service_monitor=config.prometheus_operator,
@@ -127,6 +128,8 @@ class GpuPlatform(pulumi.ComponentResource):
             "pools": {pool.name: {
                 "instanceType": pool.instance_type, "nodes": pool.replicas, "minNodes": pool.min_replicas,
                 "maxNodes": pool.autoscaler_max, "gpusPerNode": pool.instance.gpus, "gpus": pool.gpu_capacity,
+                # pods per GPU (1: whole GPUs; a None would not survive as an output)
+                "sharing": pool.time_slicing_replicas or 1, "advertisedGpus": pool.advertised_capacity,
                 "os": config.kernel_target(pool).os, "kernel": pool.kernel, "image": pool.image,
                 "retired": pool.retired, "roll": self.pools[pool.name].roll,
             } for pool in config.node_pools},
@@ -167,7 +170,7 @@ class GpuPlatform(pulumi.ComponentResource):
             min_replicas=pool.min_replicas, max_replicas=pool.autoscaler_max, image=pool.image,
             root_volume_gib=pool.root_volume_gib, placement=placement, kernel=pool.kernel_target,
             refresh=InstanceRefresh(**pool.roll.model_dump()), retired=pool.retired,
-            **tuning.pool_args(pool))
+            sharing=pool.time_slicing_replicas, **tuning.pool_args(pool))
 
     def _pull_secret(self, config: StackConfig, namespace: str, after: pulumi.Resource) -> k8s.core.v1.Secret | None:
         """The driver registry's pull secret, which each NVIDIADriver names and so waits for; None when unset."""

@@ -88,10 +88,9 @@ def test_images_config_overrides_operands(render) -> None:
     assert image_of(policy["migManager"]) == labels.OPERAND_IMAGES["migManager"]
 
 
-def test_device_plugin_config_only_with_time_slicing(dev_plan: Plan, prod_plan: Plan) -> None:
-    """dev sets devicePlugin.timeSlicingReplicas; prod does not."""
-    assert spec(dev_plan)["devicePlugin"]["config"] == {"name": "device-plugin-config", "default": "time-slicing"}
-    assert "config" not in spec(prod_plan)["devicePlugin"]
+def test_device_plugin_configs_per_pool_whole_gpus_the_default(dev_plan: Plan, prod_plan: Plan) -> None:
+    for plan in (dev_plan, prod_plan):
+        assert spec(plan)["devicePlugin"]["config"] == {"name": "device-plugin-config", "default": "whole"}
 
 
 def test_service_monitor_follows_the_prometheus_operator_switch(dev_plan: Plan, prod_plan: Plan, render) -> None:

@@ -211,17 +211,19 @@ def test_a_branch_bump_on_precompiled_drivers_updates_every_driver(prod_base):
     assert all(image.startswith("nvcr.io/nvidia/driver:590-") for image in new["outputs"]["driverImages"].values())
 
 
-def test_time_slicing_change_replaces_only_the_device_plugin_config(dev_base):
+def test_time_slicing_change_changes_the_pools_config_and_the_autoscalers_limit(dev_base):
+    """The pool's config keeps its name, so its running nodes' label still selects it; no MachineSet change."""
     config = stack_config("dev")
-    assert config["gpu-platform:devicePlugin"]["timeSlicingReplicas"] == 4
-    config["gpu-platform:devicePlugin"]["timeSlicingReplicas"] = 8
-    [step] = diff_plans(dev_base, render("dev", config)).steps
+    assert pool(config, "t4-inference")["timeSlicingReplicas"] == 4
+    pool(config, "t4-inference")["timeSlicingReplicas"] = 8
+    steps = {step.resource["inputs"]["kind"]: step for step in diff_plans(dev_base, render("dev", config)).steps}
 
-    assert step.resource["inputs"]["kind"] == "ConfigMap"
-    assert step.resource["inputs"]["metadata"]["name"] == "device-plugin-config"
-    [change] = step.changes
-    assert change.path == "data.time-slicing" and "replicas: 4" in change.old and "replicas: 8" in change.new
-    assert step.op == "replace"  # ConfigMap data is force-new unless the provider makes ConfigMaps mutable
+    assert set(steps) == {"ConfigMap", "ClusterAutoscaler"}
+    [change] = steps["ConfigMap"].changes
+    assert change.path == "data.t4-inference" and "replicas: 4" in change.old and "replicas: 8" in change.new
+    assert steps["ConfigMap"].op == "replace"  # ConfigMap data is force-new unless the provider makes them mutable
+    [limit] = steps["ClusterAutoscaler"].changes
+    assert (limit.old, limit.new) == (16, 32)  # 4 T4 nodes at most, each advertising 4 -> 8
 
 
 def test_scaling_a_pool_updates_only_that_pool(dev_base):

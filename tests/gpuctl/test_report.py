@@ -28,13 +28,13 @@ def lines(review_: report.Review) -> list[str]:
 def time_slicing_change():
     base = render_stack("dev").document
     config = stack_config("dev")
-    config["gpu-platform:devicePlugin"]["timeSlicingReplicas"] = 8
+    config["gpu-platform:nodePools"][0]["timeSlicingReplicas"] = 8
     return review(base, render_stack("dev", config).document)
 
 
 def test_a_time_slicing_change_shows_4_to_8_as_a_line_diff(time_slicing_change):
     shown = lines(time_slicing_change)
-    assert "+- data.time-slicing:" in shown
+    assert "+- data.t4-inference:" in shown
     assert "-      replicas: 4" in shown and "+      replicas: 8" in shown
 
 
@@ -78,12 +78,11 @@ def test_a_create_shows_its_key_fields_and_each_component_header_once():
 
 def test_json_steps_carry_old_and_new_values_and_the_summary_is_data(time_slicing_change):
     document = report.to_json(time_slicing_change)
-    [step] = document["steps"]
-    assert step["object"] == "nvidia-gpu-operator/device-plugin-config"
-    assert "replicas: 4" in step["old"]["data"]["time-slicing"] and "replicas: 8" in step["new"]["data"]["time-slicing"]
+    [step] = [s for s in document["steps"] if s["object"] == "nvidia-gpu-operator/device-plugin-config"]
+    assert "replicas: 4" in step["old"]["data"]["t4-inference"] and "replicas: 8" in step["new"]["data"]["t4-inference"]
     [change] = step["detailedDiff"]
-    assert change["path"] == "data.time-slicing" and "replicas: 8" in change["new"]
-    assert document["summary"]["capacity"]["sharing_after"] == 8
+    assert change["path"] == "data.t4-inference" and "replicas: 8" in change["new"]
+    assert document["summary"]["capacity"]["schedulable_after"] == 24
     json.dumps(document)
 
 

@@ -97,14 +97,17 @@ def test_a_retired_tenant_removed_is_destructive_without_an_engine_refusal():
     assert item.what == "namespace analytics deleted" and item.engine == ""
 
 
-def test_time_slicing_shows_the_pods_per_gpu_before_and_after(dev_plan):
+def test_time_slicing_shows_the_pools_sharing_and_what_is_advertised(dev_plan):
     config = stack_config("dev")
-    assert config["gpu-platform:devicePlugin"]["timeSlicingReplicas"] == 4
-    config["gpu-platform:devicePlugin"]["timeSlicingReplicas"] = 8
+    pool(config, "t4-inference")["timeSlicingReplicas"] = 8
     new = render_stack("dev", config).document
     summary = summarize(dev_plan.document, new, diff_plans(dev_plan.document, new))
-    assert (summary.capacity.sharing_before, summary.capacity.sharing_after) == (4, 8)
-    assert "  time-slicing: pods per GPU: 4 -> 8" in summary_lines(summary)
+    assert (summary.capacity.schedulable_before, summary.capacity.schedulable_after) == (16, 24)
+    lines = summary_lines(summary)
+    assert any(line.startswith("  pool t4-inference:") and "GPUs 2 shared x4 -> 2 shared x8" in line
+               for line in lines)
+    assert any(line.startswith("  pool a100-training:") and "GPUs 8," in line for line in lines)
+    assert "  advertised (time-slicing counts each share): 16 -> 24" in lines
 
 
 def test_lowering_a_pool_maximum_is_destructive_and_an_autoscaled_size_is_left_to_the_autoscaler(prod_base):

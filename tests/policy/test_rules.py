@@ -464,9 +464,9 @@ def shipped_plans(dev_plan: Plan, prod_plan: Plan) -> dict[str, Plan]:
 
 @pytest.fixture(scope="module")
 def misconfigured() -> Plan:
-    """dev with one GPU more promised than the pools hold."""
+    """dev with one GPU more promised than the pools advertise (10 GPUs, the 2 T4s shared 4 ways: 16)."""
     config = stack_config("dev")
-    config["gpu-platform:tenants"][0]["gpus"] += 1
+    config["gpu-platform:tenants"][0]["gpus"] += 7
     return render_stack("dev", config)
 
 
@@ -497,7 +497,7 @@ def test_every_policy_has_a_passing_and_a_violating_case() -> None:
 def test_quota_message_gives_quota_capacity_and_tenants(misconfigured: Plan) -> None:
     [violation] = of(check_plan(misconfigured.document), "gpu-quota-within-capacity")
     assert violation.level == "mandatory" and violation.urn is None
-    for fact in ("add up to 11 GPUs", "vision 7", "nlp-research 4", "hold 10", "at most 10 may be promised"):
+    for fact in ("add up to 17 GPUs", "vision 13", "nlp-research 4", "advertise 16", "at most 16 may be promised"):
         assert fact in violation.message
 
 
