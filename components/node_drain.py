@@ -116,7 +116,12 @@ class NodeDrain(pulumi.ComponentResource):
         self.register_outputs({"queue": queue.url, "rule": rule.name, "policy": policy.name})
 
 
-def drain_phrase(heartbeat_seconds: int) -> str:
-    """How a pool's nodes are drained, in one phrase for the preview."""
+def drain_phrase(heartbeat_seconds: int, permitted: bool) -> str:
+    """How a pool's nodes are drained, in one phrase for the preview; `permitted`: the stack attaches the handler's
+    IAM policy (cluster.nodeTerminationHandlerRole), without which the handler can read no event."""
+    if not permitted:
+        return (f"NOT drained unless you attach the handler's IAM policy to the role of the nodes it runs on "
+                f"(or set cluster.nodeTerminationHandlerRole): without it each terminating node waits out its "
+                f"lifecycle hook ({heartbeat_seconds} s) and terminates undrained")
     return (f"node termination handler cordons and drains each node before it terminates (lifecycle hook, "
             f"heartbeat {heartbeat_seconds} s)")

@@ -101,6 +101,7 @@ class GpuNodePoolArgs:
     efa_interfaces: int = 0  # EFA interfaces per node (fabric: efa), in the pool's cluster placement group
     placement_group: pulumi.Input[str] | None = None
     sharing: int | None = None  # time-slicing replicas of each GPU; None: whole GPUs
+    drain_permitted: bool = False  # Kubernetes: the stack grants the drain handler its IAM permission
 
     @property
     def advertised_gpus_per_node(self) -> int:
@@ -142,7 +143,8 @@ class GpuNodePool(pulumi.ComponentResource):
                          "checkpoints": list(refresh.checkpoints),
                          "checkpointDelaySeconds": refresh.checkpoint_delay_seconds,
                          "instanceWarmupSeconds": refresh.instance_warmup_seconds,
-                         "autoRollback": refresh.auto_rollback, "drain": drain_phrase(refresh.drain_timeout_seconds)}
+                         "autoRollback": refresh.auto_rollback,
+                         "drain": drain_phrase(refresh.drain_timeout_seconds, args.drain_permitted)}
             node_labels[AWS_ACCELERATOR_LABEL] = AWS_ACCELERATOR_TYPES[args.instance.gpu_model]
             self._auto_scaling_group(name, args, args.placement, node_labels, child)
         self.register_outputs({"nodeSelector": self.node_selector, "taints": self.taints,

@@ -170,7 +170,8 @@ class GpuPlatform(pulumi.ComponentResource):
             min_replicas=pool.min_replicas, max_replicas=pool.autoscaler_max, image=pool.image,
             root_volume_gib=pool.root_volume_gib, placement=placement, kernel=pool.kernel_target,
             refresh=InstanceRefresh(**pool.roll.model_dump()), retired=pool.retired,
-            sharing=pool.time_slicing_replicas, **tuning.pool_args(pool))
+            sharing=pool.time_slicing_replicas, drain_permitted=bool(cluster.node_termination_handler_role),
+            **tuning.pool_args(pool))
 
     def _pull_secret(self, config: StackConfig, namespace: str, after: pulumi.Resource) -> k8s.core.v1.Secret | None:
         """The driver registry's pull secret, which each NVIDIADriver names and so waits for; None when unset."""

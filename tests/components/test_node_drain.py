@@ -53,19 +53,27 @@ def test_the_handlers_policy_is_least_privilege_and_readable_in_review(prod_plan
     assert set(by_action) == {"sqs:ReceiveMessage", "sqs:DeleteMessage", "autoscaling:CompleteLifecycleAction",
                               "autoscaling:DescribeAutoScalingInstances", "autoscaling:DescribeTags",
                               "ec2:DescribeInstances"}
-    # No role named: the policy is created for the operator to attach, nothing else.
-    assert prod_plan.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment") == []
 
 
-def test_a_named_role_gets_the_policy_before_the_handler_starts(render) -> None:
+def test_the_named_role_gets_the_policy_before_the_handler_starts(prod_plan: Plan) -> None:
+    [attachment] = prod_plan.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+    assert attachment["inputs"]["role"] == "prod-gpu-system-node"
+    assert prod_plan.depends_on(attachment, "node-drain-policy")
+    assert prod_plan.depends_on(prod_plan.named("node-drain-handler"), "node-drain-policy-attachment")
+    roll = prod_plan.outputs["pools"]["l4-inference"]["roll"]["drain"]
+    assert roll.startswith("node termination handler cordons and drains each node")
+
+
+def test_without_a_role_the_preview_says_nodes_are_not_drained(render) -> None:
+    """The policy is created for the operator to attach; until then the handler can read no event, and each node
+    waits out its hook and terminates undrained: the roll line says so rather than claim a drain."""
     config = stack_config("prod")
-    config["gpu-platform:cluster"]["nodeTerminationHandlerRole"] = "prod-system-nodes"
+    del config["gpu-platform:cluster"]["nodeTerminationHandlerRole"]
     plan = render("prod", config)
 
-    [attachment] = plan.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
-    assert attachment["inputs"]["role"] == "prod-system-nodes"
-    assert plan.depends_on(attachment, "node-drain-policy")
-    assert plan.depends_on(plan.named("node-drain-handler"), "node-drain-policy-attachment")
+    assert plan.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment") == []
+    for pool in plan.outputs["pools"].values():
+        assert pool["roll"]["drain"].startswith("NOT drained unless you attach the handler's IAM policy")
 
 
 def test_the_longest_drain_of_any_pool_bounds_the_handler(render) -> None:
