@@ -192,7 +192,7 @@ class GpuNodePool(pulumi.ComponentResource):
                                                       "encrypted": True}}],
                             "credentialsSecret": {"name": "aws-cloud-credentials"},
                             "iamInstanceProfile": {"id": f"{infra}-worker-profile"},
-                            # IMDSv2 only (EC2 HttpTokens=required); the AMI's hop limit of 1 keeps pods out.
+                            # IMDSv2 only (EC2 HttpTokens=required); EC2's default hop limit of 1 keeps pods out.
                             "metadataServiceOptions": {"authentication": "Required"},
                             "placement": {"availabilityZone": zone, "region": placement.region},
                             "securityGroups": [{"filters": [{"name": "tag:Name", "values": [f"{infra}-node"]}]}],
@@ -248,7 +248,6 @@ class GpuNodePool(pulumi.ComponentResource):
             tag_specifications=[{"resource_type": "instance", "tags": {"Name": group_name, **kernel_annotations(pool)}}],
             opts=opts,
         )
-        instance = pool.instance
         autoscaler_tags = {
             labels.CA_ENABLED_TAG: "true",
             labels.CA_CLUSTER_TAG.format(cluster=cluster.cluster): "owned",
