@@ -498,7 +498,7 @@ class IpamConfig(StrictModel):
 
     @property
     def subnet(self) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
-        return ipaddress.ip_network(self.range, strict=False)
+        return ipaddress.ip_network(self.range)
 
 
 class TenantNetworkConfig(StrictModel):
@@ -693,7 +693,7 @@ class StackConfig(StrictModel):
                     if owner == tenant.name:
                         continue
                     where = f"networks {owner}/{other.name} and {tenant.name}/{network.name}"
-                    if network.segment is not None and network.segment == other.segment:
+                    if network.segment == other.segment:
                         raise ValueError(f"tenants: {where} share {network.segment}, one layer-2 segment between "
                                          "two tenants; give each tenant its own interface or VLAN")
                     if network.ipam.subnet.overlaps(other.ipam.subnet):
