@@ -1,7 +1,9 @@
-"""DriverStack: one NVIDIADriver per (os, kernel) of the inventory, each pinned to the nodes of that kernel."""
+"""DriverStack: one NVIDIADriver per (os, kernel) of the inventory, each pinned to the nodes of that kernel; or, where
+the operator builds the driver on each node with the Driver Toolkit (OpenShift), one per OS release."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pulumi
@@ -41,15 +43,36 @@ def kernel_node_selector(target: KernelTarget) -> dict[str, str]:
     }
 
 
-def driver_name(target: KernelTarget) -> str:
-    """The NVIDIADriver's name: stable for one (os, kernel), a DNS-1123 label."""
-    return f"nvidia-driver-{target.slug}"
+def by_os_release(target: KernelTarget, release: DriverRelease) -> bool:
+    """Whether the target's driver is keyed by OS release rather than kernel: on OpenShift, unless precompiled, the
+    operator builds the driver with the Driver Toolkit on each node, one DaemonSet per RHCOS build (OSTREE_VERSION)
+    of whatever kernel it boots. A kernel selector there would drop every node of a z-stream whose kernel the stack
+    has not declared yet (the operator's AssignOwners), leaving it without a driver."""
+    return NODE_OSES[target.os].openshift and not release.precompiled
+
+
+def driver_node_selector(target: KernelTarget, release: DriverRelease) -> dict[str, str]:
+    """The nodes the target's driver selects: its OS release, and its kernel unless keyed by OS release."""
+    selector = kernel_node_selector(target)
+    if by_os_release(target, release):
+        del selector[labels.KERNEL_LABEL]
+    return selector
+
+
+def driver_slug(target: KernelTarget, release: DriverRelease) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", target.os).strip("-") if by_os_release(target, release) else target.slug
+
+
+def driver_name(target: KernelTarget, release: DriverRelease) -> str:
+    """The NVIDIADriver's name: stable for one (os, kernel), or one OS release, a DNS-1123 label."""
+    return f"nvidia-driver-{driver_slug(target, release)}"
 
 
 class DriverStack(pulumi.ComponentResource):
     """Drivers for every kernel in the inventory, so a node never boots a kernel that has no driver declared.
 
-    Each NVIDIADriver selects only the nodes of its kernel, so the operator never finds two drivers for one node.
+    Each NVIDIADriver selects only the nodes of its kernel (or OS release: by_os_release), so the operator never finds
+    two drivers for one node.
     Upgrades are the operator's: a driver change rolls node by node (`maxParallelUpgrades`, `maxUnavailable`),
     each node cordoned and its GPU pods evicted (the whole node drained when `drain` is set) before the module
     is reloaded. `pulumi up` does not wait for that roll: readiness needs GPU nodes and is the operator's business.
@@ -62,16 +85,21 @@ class DriverStack(pulumi.ComponentResource):
         super().__init__("gpu-platform:index:DriverStack", name, None, opts)
         child = child_options(self, opts)
         self.drivers, self.images = {}, {}
+        resources: dict[str, k8s.apiextensions.CustomResource] = {}
         for target in args.inventory.targets:
-            image = args.release.image(target)
-            self.images[target.key] = image
-            self.drivers[target] = k8s.apiextensions.CustomResource(
-                f"{name}-{target.slug}", api_version="nvidia.com/v1alpha1", kind="NVIDIADriver",
-                metadata=metadata(driver_name(target), annotations={
-                    labels.KERNEL_ANNOTATION: target.kernel, labels.OS_ANNOTATION: target.os,
-                    # Ready only once GPU nodes of this kernel run the driver: the operator's to report.
-                    labels.SKIP_AWAIT: "true"}),
-                spec=self._spec(target, args), opts=child)
+            self.images[target.key] = args.release.image(target)
+            slug = driver_slug(target, args.release)
+            if slug not in resources:
+                # The kernel annotation only where the driver is the kernel's (what gpuctl's removal check reads).
+                kernel = {} if by_os_release(target, args.release) else {labels.KERNEL_ANNOTATION: target.kernel}
+                resources[slug] = k8s.apiextensions.CustomResource(
+                    f"{name}-{slug}", api_version="nvidia.com/v1alpha1", kind="NVIDIADriver",
+                    metadata=metadata(driver_name(target, args.release), annotations={
+                        **kernel, labels.OS_ANNOTATION: target.os,
+                        # Ready only once GPU nodes of this kernel run the driver: the operator's to report.
+                        labels.SKIP_AWAIT: "true"}),
+                    spec=self._spec(target, args), opts=child)
+            self.drivers[target] = resources[slug]
         self.register_outputs({"images": self.images})
 
     @staticmethod
@@ -86,7 +114,7 @@ class DriverStack(pulumi.ComponentResource):
             "image": "driver",
             # The operator's tag rule: precompiled tags start with the branch, others with the full version.
             "version": release.branch if release.precompiled else release.version,
-            "nodeSelector": kernel_node_selector(target),
+            "nodeSelector": driver_node_selector(target, release),
             "tolerations": [dict(labels.GPU_TOLERATION)],
             "priorityClassName": labels.NODE_CRITICAL_PRIORITY,
             "manager": {**operand_image(args.manager_image), "env": [

@@ -238,23 +238,23 @@ def diff_plans(old: dict[str, Any], new: dict[str, Any]) -> PlanDiff:
 
 
 def refuse_driver_removal(diff: PlanDiff, observed: list[ObservedNode]) -> None:
-    """Refuse a change that deletes the driver of a kernel some node still runs, naming those nodes."""
-    running: dict[KernelTarget, list[str]] = {}
-    for node in observed:
-        running.setdefault(node.target, []).append(node.name)
+    """Refuse a change that deletes the driver of a kernel (or, keyed by OS release, of an OS release) some node
+    still runs, naming those nodes."""
     for step in diff.steps:
         annotations = step.resource["inputs"].get("metadata", {}).get("annotations", {})
-        if step.op != "delete" or step.resource["type"] != NVIDIA_DRIVER or labels.KERNEL_ANNOTATION not in annotations:
+        if step.op != "delete" or step.resource["type"] != NVIDIA_DRIVER or labels.OS_ANNOTATION not in annotations:
             continue
-        target = KernelTarget(annotations[labels.OS_ANNOTATION], annotations[labels.KERNEL_ANNOTATION])
-        nodes = running.get(target)
+        node_os, kernel = annotations[labels.OS_ANNOTATION], annotations.get(labels.KERNEL_ANNOTATION)
+        nodes = [node.name for node in observed
+                 if node.target.os == node_os and (kernel is None or node.target.kernel == kernel)]
         if nodes:
             fix = ("let the Machine Config Operator finish rolling those nodes to the new release first"
-                   if target.os in NODE_OSES and NODE_OSES[target.os].openshift
+                   if node_os in NODE_OSES and NODE_OSES[node_os].openshift
                    else "roll those nodes to the new image first, or keep a pool on that kernel")
+            what = f"kernel {kernel} ({node_os})" if kernel else f"{node_os} (every kernel)"
             raise ConfigError(
-                f"refused: this change deletes driver {step.resource['inputs']['metadata']['name']} for kernel "
-                f"{target.kernel} ({target.os}), which nodes still run: {', '.join(sorted(nodes))}; {fix}")
+                f"refused: this change deletes driver {step.resource['inputs']['metadata']['name']} for {what}, "
+                f"which nodes still run: {', '.join(sorted(nodes))}; {fix}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -214,9 +214,11 @@ def time_slicing(plan: dict[str, Any]) -> int | None:
 
 
 def _openshift_kernel(plan: dict[str, Any]) -> str | None:
-    """The kernel every OpenShift node runs (the release's): the one kernel with a driver that is not kept."""
+    """The kernel every OpenShift node runs (the release's): the one the stack declares (plans from before that
+    output: the one kernel with a driver that is not kept)."""
     outputs = _outputs(plan)
-    live = [key for key in outputs.get("kernels", []) if key not in outputs.get("keptKernels", [])]
+    live = outputs.get("declaredKernels") or [
+        key for key in outputs.get("kernels", []) if key not in outputs.get("keptKernels", [])]
     return live[0] if len(live) == 1 else None
 
 
@@ -356,6 +358,9 @@ def _kernels(old: dict[str, Any], new: dict[str, Any], old_pools: dict[str, Pool
                     "--observed-nodes) shows no node on it")
         else:
             change = "image changed" if images_before[key] != images_after[key] else "unchanged"
+        if key in images_after and key not in kept and key not in after.get("declaredKernels", [key]):
+            note = "nodes run it, but the stack declares it nowhere (cluster.kernel on OpenShift, a pool's kernel on " \
+                   "Kubernetes)"
         if leaving and key in images_after:
             still = [pool for pool in booted_after.get(key, [])]
             note = "; ".join(filter(None, [note, f"{', '.join(leaving)} nodes run it until they roll; "

@@ -386,9 +386,13 @@ def _driver_pinned_to_kernel(args: ResourceValidationArgs, report: ReportViolati
     name = describe(args.resource_type, args.props)
     spec = dig(args.props, "spec")
     kernel = dig(spec, "nodeSelector", labels.KERNEL_LABEL)
-    if not kernel:
-        report(f"{name} is not pinned to a kernel, so the operator runs its driver on nodes of any kernel; set "
-               f"spec.nodeSelector {labels.KERNEL_LABEL}: <kernel>, one NVIDIADriver per kernel", None)
+    if dig(spec, "usePrecompiled") is True and not kernel:
+        report(f"{name} runs a precompiled driver but is not pinned to a kernel, so the operator runs it on nodes of "
+               f"any kernel; set spec.nodeSelector {labels.KERNEL_LABEL}: <kernel>, one NVIDIADriver per kernel", None)
+    release = [dig(spec, "nodeSelector", key) for key in (labels.OS_ID_LABEL, labels.OS_VERSION_LABEL)]
+    if not all(release):
+        report(f"{name} is not pinned to an OS release, so the operator may run it on nodes of another OS; set "
+               f"spec.nodeSelector {labels.OS_ID_LABEL} and {labels.OS_VERSION_LABEL}", None)
     version = str(dig(spec, "version") or "")
     image = str(dig(spec, "image") or "")
     if dig(spec, "usePrecompiled") is True and not _DRIVER_BRANCH.fullmatch(version):
@@ -816,9 +820,9 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
     resource_policy(
         applies_to=is_nvidia_driver,
         name="driver-pinned-to-kernel",
-        description=f"Each NVIDIADriver pins one kernel ({labels.KERNEL_LABEL} in spec.nodeSelector); with "
-                    "usePrecompiled its spec.version is a driver branch (digits only), and a tag in spec.image names "
-                    "the pinned kernel.",
+        description=f"Each NVIDIADriver pins one OS release in spec.nodeSelector, and a precompiled one also one "
+                    f"kernel ({labels.KERNEL_LABEL}); with usePrecompiled its spec.version is a driver branch (digits "
+                    "only), and a tag in spec.image names the pinned kernel.",
         validate=_driver_pinned_to_kernel,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),

@@ -122,6 +122,7 @@ class GpuPlatform(pulumi.ComponentResource):
             "totalGpus": config.gpu_capacity,
             "kernels": [target.key for target in inventory.targets],
             "keptKernels": [target.key for target in inventory.kept],
+            "declaredKernels": sorted(target.key for target in config.declared_kernels),
             "driverImages": driver.images,
             "tenants": {tenant.name: {"gpus": tenant.gpus, "priorityClass": tenant.priority_class}
                         for tenant in config.tenants},

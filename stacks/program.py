@@ -35,6 +35,10 @@ def build(config: StackConfig, observed: Iterable[ObservedNode] | None = None, *
         if observed is None:
             observed = read_live_nodes(config.cluster.discovery)
     inventory = KernelInventory.build(config.declared_kernels, observed, previous)
+    for target in sorted(set(inventory.nodes) - config.declared_kernels):
+        pulumi.log.warn(f"GPU nodes run kernel {target.kernel} ({target.os}), which the stack does not declare: "
+                        f"{', '.join(inventory.running(target))}; their driver is kept for them, but declare the "
+                        "kernel (cluster.kernel on OpenShift, a pool's kernel on Kubernetes) so the preview shows it")
     if preflight:
         check_driver_images({target: config.driver_release.image(target) for target in inventory.targets})
     platform = GpuPlatform("gpu-platform", config, inventory,

@@ -1,4 +1,5 @@
-"""DriverStack: one NVIDIADriver per (os, kernel), pinned to that kernel's nodes; precompiled or Driver Toolkit."""
+"""DriverStack: one NVIDIADriver per (os, kernel), pinned to that kernel's nodes, or with the Driver Toolkit (OpenShift)
+one per OS release."""
 
 from __future__ import annotations
 
@@ -34,19 +35,33 @@ def plan(request, dev_plan: Plan, prod_plan: Plan) -> Plan:
     return dev_plan if request.param == "dev" else prod_plan
 
 
-def test_one_driver_per_declared_kernel(dev_plan: Plan, prod_plan: Plan) -> None:
-    assert sorted(by_kernel(dev_plan)) == [DEV_KERNEL]  # both dev pools run the release's kernel
+def test_one_driver_per_declared_kernel(prod_plan: Plan) -> None:
     assert sorted(by_kernel(prod_plan)) == ["6.8.0-1019-aws", "6.8.0-1021-aws"]
-    for plan in (dev_plan, prod_plan):
-        assert sorted(f"{d['metadata']['annotations']['gpu-platform.io/os']}/{kernel}"
-                      for kernel, d in by_kernel(plan).items()) == sorted(plan.outputs["kernels"])
+    assert sorted(f"{d['metadata']['annotations']['gpu-platform.io/os']}/{kernel}"
+                  for kernel, d in by_kernel(prod_plan).items()) == sorted(prod_plan.outputs["kernels"])
 
 
-def test_driver_is_pinned_to_its_kernel_and_os(dev_plan: Plan, prod_plan: Plan) -> None:
-    for plan, os_id, version in ((dev_plan, "rhcos", "4.18"), (prod_plan, "ubuntu", "22.04")):
-        for kernel, driver in by_kernel(plan).items():
-            assert driver["spec"]["nodeSelector"] == {GPU_NODE: "true", KERNEL: kernel, OS_ID: os_id,
-                                                      OS_VERSION: version}
+def test_driver_is_pinned_to_its_kernel_and_os(prod_plan: Plan) -> None:
+    for kernel, driver in by_kernel(prod_plan).items():
+        assert driver["spec"]["nodeSelector"] == {GPU_NODE: "true", KERNEL: kernel, OS_ID: "ubuntu",
+                                                  OS_VERSION: "22.04"}
+
+
+def test_the_driver_toolkit_driver_selects_the_openshift_release_not_a_kernel(dev_plan: Plan) -> None:
+    """The operator builds one DaemonSet per RHCOS build of whatever kernel a node boots; a kernel selector would
+    drop the nodes of a z-stream the stack has not declared yet, leaving them without a driver."""
+    [driver] = drivers(dev_plan)
+    assert driver["metadata"]["name"] == "nvidia-driver-rhcos4-18"
+    assert driver["spec"]["nodeSelector"] == {GPU_NODE: "true", OS_ID: "rhcos", OS_VERSION: "4.18"}
+    assert "gpu-platform.io/kernel" not in driver["metadata"]["annotations"]
+
+
+def test_precompiled_openshift_drivers_stay_per_kernel() -> None:
+    """Precompiled images are built for one kernel: those drivers keep their kernel selector."""
+    config = stack_config("dev")
+    config["gpu-platform:driver"]["precompiled"] = True
+    [driver] = drivers(render_stack("dev", config))
+    assert driver["spec"]["nodeSelector"][KERNEL] == DEV_KERNEL
 
 
 def test_driver_selectors_are_distinct(plan: Plan) -> None:
@@ -110,7 +125,7 @@ def test_driver_images_follow_the_release(dev_plan: Plan, prod_plan: Plan) -> No
         for key, image in plan.outputs["driverImages"].items():
             os_, kernel = key.split("/", 1)
             assert image == release.image(KernelTarget(os_, kernel))
-            spec = by_kernel(plan)[kernel]["spec"]
+            spec = by_kernel(plan)[kernel]["spec"] if precompiled else drivers(plan)[0]["spec"]
             assert image.startswith(f"{spec['repository']}/{spec['image']}:{spec['version']}-")
 
 

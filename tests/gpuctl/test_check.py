@@ -45,14 +45,13 @@ def no_gpu_quota(doc: Document) -> None:
     doc["resources"].remove(resource(doc, "tenant-vision-gpu-quota"))
 
 
-DEV_DRIVER = "driver-rhcos4-18-5-14-0-427-87-1-el9-4-x86-64"
+DEV_DRIVER = "driver-rhcos4-18"
 CLUSTER_POLICY = "cluster-policy-cluster-policy"
 APPROVER = "gpu-operator-olm-approve-install-plan"
 
 
-def driver_for_another_kernel(doc: Document) -> None:
-    spec = resource(doc, DEV_DRIVER)["inputs"]["spec"]
-    spec["image"] = "nvcr.io/nvidia/driver:580.95.05-5.14.0-427.50.1.el9_4.x86_64-rhcos4.18"
+def driver_for_any_os(doc: Document) -> None:
+    del resource(doc, DEV_DRIVER)["inputs"]["spec"]["nodeSelector"]["feature.node.kubernetes.io/system-os_release.ID"]
 
 
 def operands_untolerated(doc: Document) -> None:
@@ -69,7 +68,7 @@ VIOLATIONS: dict[str, tuple[Callable[[Document], None], str, str]] = {
     "over-capacity": (over_capacity, "gpu-quota-within-capacity", "(stack)"),
     "untainted-pool": (untainted_pool, "gpu-pool-tainted", "pool-t4-inference"),
     "no-gpu-quota": (no_gpu_quota, "tenant-gpu-quota", "tenant-vision-namespace"),
-    "driver-kernel-mismatch": (driver_for_another_kernel, "driver-pinned-to-kernel", DEV_DRIVER),
+    "driver-unpinned": (driver_for_any_os, "driver-pinned-to-kernel", DEV_DRIVER),
     "operands-untolerated": (operands_untolerated, "operands-tolerate-gpu-taint", CLUSTER_POLICY),
     "latest-image": (latest_image, "no-latest-images", APPROVER),
 }

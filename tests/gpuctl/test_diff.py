@@ -114,18 +114,33 @@ def test_ignore_changes_reads_pulumi_property_paths(dev_plan):
     assert [change.path for change in step.changes] == ["metadata.annotations.machine.openshift.io/os-id"]
 
 
-def test_refuses_to_delete_a_driver_that_nodes_still_run(render, dev_plan):
-    config = stack_config("dev")
-    kernel = config["gpu-platform:cluster"]["kernel"]
-    config["gpu-platform:cluster"]["kernel"] = "5.14.0-427.99.1.el9_4.x86_64"
-    diff = diff_plans(dev_plan.document, render("dev", config).document)
+def test_refuses_to_delete_a_driver_that_nodes_still_run(render, prod_plan):
+    config = stack_config("prod")
+    old = "6.8.0-1019-aws"
+    for entry in config["gpu-platform:nodePools"]:
+        if entry["kernel"] == old:
+            entry["kernel"] = "6.8.0-1024-aws"
+    diff = diff_plans(prod_plan.document, render("prod", config).document)
     assert [step.resource["type"] for step in diff.steps if step.op == "delete"] == [
         "kubernetes:nvidia.com/v1alpha1:NVIDIADriver"]
     refuse_driver_removal(diff, [])
-    refuse_driver_removal(diff, [ObservedNode("gpu-x", KernelTarget("rhcos4.18", "5.14.0-427.99.1.el9_4.x86_64")),
-                                 ObservedNode("gpu-y", KernelTarget("ubuntu22.04", kernel))])
-    with pytest.raises(ConfigError, match=r"refused: .*nvidia-driver-rhcos4-18-.*nodes still run: gpu-a, gpu-b; let the Machine Config Operator"):
-        refuse_driver_removal(diff, [ObservedNode(name, KernelTarget("rhcos4.18", kernel)) for name in ("gpu-b", "gpu-a")])
+    refuse_driver_removal(diff, [ObservedNode("gpu-x", KernelTarget("ubuntu22.04", "6.8.0-1024-aws")),
+                                 ObservedNode("gpu-y", KernelTarget("rhcos4.18", old))])
+    with pytest.raises(ConfigError, match=r"refused: .*nvidia-driver-ubuntu22-04-6-8-0-1019-aws.*nodes still run: "
+                                          r"gpu-a, gpu-b; roll those nodes"):
+        refuse_driver_removal(diff, [ObservedNode(name, KernelTarget("ubuntu22.04", old)) for name in ("gpu-b", "gpu-a")])
+
+
+def test_refuses_to_delete_an_openshift_releases_driver_while_nodes_run_that_release(render, dev_plan):
+    """The Driver Toolkit driver of a release serves every kernel of it: its nodes, whatever kernel, hold it."""
+    config = stack_config("dev")
+    config["gpu-platform:cluster"].update(release="4.19.10", kernel="5.14.0-570.28.1.el9_6.x86_64",
+                                          nfdOperatorCsv="nfd.4.19.0-202509240837")
+    diff = diff_plans(dev_plan.document, render("dev", config).document)
+    refuse_driver_removal(diff, [ObservedNode("gpu-x", KernelTarget("rhcos4.19", "5.14.0-570.28.1.el9_6.x86_64"))])
+    with pytest.raises(ConfigError, match=r"refused: .*nvidia-driver-rhcos4-18 for rhcos4.18 \(every kernel\), "
+                                          r"which nodes still run: gpu-a; let the Machine Config Operator"):
+        refuse_driver_removal(diff, [ObservedNode("gpu-a", KernelTarget("rhcos4.18", "5.14.0-427.99.1.el9_4.x86_64"))])
 
 
 @pytest.fixture(scope="module")

@@ -179,7 +179,7 @@ def test_an_openshift_release_change_creates_the_driver_of_its_kernel(dev_base):
     assert (dev_base["outputs"]["kubernetesVersion"], new["outputs"]["kubernetesVersion"]) == ("1.31", "1.32")
     created = [step.resource for step in diff.steps if step.op == "create"]
     assert [(r["type"], r["inputs"]["metadata"]["name"]) for r in created] == [
-        (NVIDIA_DRIVER, f"nvidia-driver-{target.slug}")]
+        (NVIDIA_DRIVER, "nvidia-driver-rhcos4-19")]  # one per RHCOS release: the Driver Toolkit builds per node
     assert created[0]["inputs"]["spec"]["nodeSelector"][labels.OS_VERSION_LABEL] == "4.19"
     assert new["outputs"]["driverImages"][target.key] == "nvcr.io/nvidia/driver:580.95.05-rhcos4.19"
     assert new["outputs"]["keptKernels"] == [old.key] and "delete" not in ops(diff)

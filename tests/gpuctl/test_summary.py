@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from fleet.kernels import KernelTarget, ObservedNode
 from gpuctl.diff import diff_plans
 from gpuctl.preview import base_kernels
 from gpuctl.report import summary_lines
@@ -135,3 +136,15 @@ def test_a_node_profile_change_on_openshift_rolls_that_pool_through_the_machine_
     assert rolls["a100-training"].roll.startswith("node profile change: the Machine Config Operator reboots each node")
     assert "1 node at a time" in rolls["a100-training"].roll and rolls["a100-training"].gpus_out == 8
     assert rolls["t4-inference"].roll == "no roll"
+
+
+def test_a_kernel_nodes_run_that_the_stack_does_not_declare_is_called_out(dev_plan):
+    """An OpenShift z-stream the stack has not caught up with: the release's driver still serves those nodes, and
+    the preview says the kernel is undeclared, while the declared kernel keeps its pools."""
+    undeclared = KernelTarget("rhcos4.18", "5.14.0-427.99.1.el9_4.x86_64")
+    new = render_stack("dev", observed=[ObservedNode("gpu-9", undeclared)]).document
+    summary = summarize(dev_plan.document, new, diff_plans(dev_plan.document, new))
+    rows = {kernel.key: kernel for kernel in summary.kernels}
+    assert "declares it nowhere" in rows[undeclared.key].note
+    declared = rows[dev_plan.outputs["kernels"][0]]
+    assert declared.pools_after == ["a100-training", "t4-inference"] and "declares it nowhere" not in declared.note

@@ -71,7 +71,7 @@ CLUSTER_ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBindi
 DAEMON_SET = "kubernetes:apps/v1:DaemonSet"
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 RUNTIME_CLASS = "kubernetes:node.k8s.io/v1:RuntimeClass"
-DEV_DRIVER = "driver-rhcos4-18-5-14-0-427-87-1-el9-4-x86-64"
+DEV_DRIVER = "driver-rhcos4-18"
 DRIVER_1019 = "driver-ubuntu22-04-6-8-0-1019-aws"
 CLUSTER_POLICY = "cluster-policy-cluster-policy"
 APPROVER = "gpu-operator-olm-approve-install-plan"  # dev: the Job approving the GPU Operator's install plan
@@ -292,8 +292,11 @@ CASES: list[Case] = [
      None),
     ("registry-port-is-no-tag", "driver-pinned-to-kernel", "prod",
      lambda d: driver(d, DRIVER_1019).update(image="mirror.example.com:5000/nvidia/driver"), False, None),
-    ("driver-not-pinned", "driver-pinned-to-kernel", "dev",
-     lambda d: driver(d, DEV_DRIVER)["nodeSelector"].pop(labels.KERNEL_LABEL), True, DEV_DRIVER),
+    ("driver-not-pinned", "driver-pinned-to-kernel", "prod",
+     lambda d: driver(d, DRIVER_1019)["nodeSelector"].pop(labels.KERNEL_LABEL), True, DRIVER_1019),
+    ("driver-not-pinned-to-a-release", "driver-pinned-to-kernel", "dev",
+     lambda d: driver(d, DEV_DRIVER)["nodeSelector"].pop(labels.OS_VERSION_LABEL), True, DEV_DRIVER),
+    ("toolkit-driver-needs-no-kernel", "driver-pinned-to-kernel", "dev", lambda d: None, False, None),
     ("precompiled-full-version", "driver-pinned-to-kernel", "prod",
      lambda d: driver(d, DRIVER_1019).update(version="580.95.05"), True, DRIVER_1019),
     ("precompiled-digest", "driver-pinned-to-kernel", "prod",

@@ -27,6 +27,9 @@ HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 
 DEV_KERNEL = "5.14.0-427.87.1.el9_4.x86_64"
 DEV_TARGET = KernelTarget("rhcos4.18", DEV_KERNEL)
+# OpenShift's driver (the Driver Toolkit builds it on each node) selects the OS release, whatever the kernel.
+ANY_KERNEL = "*"
+DEV_DRIVER = KernelTarget("rhcos4.18", ANY_KERNEL)
 NEW_DEV_KERNEL = "5.14.0-427.91.1.el9_4.x86_64"
 OLD_DEV_KERNEL = "5.14.0-427.65.1.el9_4.x86_64"
 PROD_SHARED = KernelTarget("ubuntu22.04", "6.8.0-1021-aws")
@@ -35,14 +38,14 @@ NEW_PROD_KERNEL = "6.8.0-1024-aws"
 
 
 def drivers(plan: Plan) -> dict[KernelTarget, dict[str, Any]]:
-    """NVIDIADrivers by the (os, kernel) their nodeSelector pins."""
+    """NVIDIADrivers by the (os, kernel) their nodeSelector pins (ANY_KERNEL where it pins none)."""
     os_by_release = {("ubuntu", "22.04"): "ubuntu22.04", ("ubuntu", "24.04"): "ubuntu24.04",
                      ("rhcos", "4.18"): "rhcos4.18", ("rhcos", "4.19"): "rhcos4.19", ("rhcos", "4.20"): "rhcos4.20"}
     found = {}
     for resource in plan.of_type(NVIDIA_DRIVER):
         selector = resource["inputs"]["spec"]["nodeSelector"]
         os = os_by_release[(selector[labels.OS_ID_LABEL], selector[labels.OS_VERSION_LABEL])]
-        target = KernelTarget(os, selector[labels.KERNEL_LABEL])
+        target = KernelTarget(os, selector.get(labels.KERNEL_LABEL, ANY_KERNEL))
         assert target not in found, f"two NVIDIADrivers for {target.key}"
         found[target] = resource
     return found
@@ -128,20 +131,21 @@ def test_every_nvidia_driver_waits_for_the_cluster_policy(stack: str, dev_plan: 
 
 
 @pytest.mark.parametrize("type_", [MACHINE_SET, MACHINE_AUTOSCALER])
-def test_openshift_pools_wait_for_the_cluster_kernels_driver(dev_plan: Plan, type_: str) -> None:
-    driver = drivers(dev_plan)[DEV_TARGET]
+def test_openshift_pools_wait_for_the_cluster_releases_driver(dev_plan: Plan, type_: str) -> None:
+    driver = drivers(dev_plan)[DEV_DRIVER]
     resources = dev_plan.of_type(type_)
     assert len(resources) == 2
 
     assert all(depends(resource, driver) for resource in resources)
 
 
-def test_openshift_pools_do_not_wait_for_an_observed_kernels_driver(observed_old: Plan) -> None:
-    by_target = drivers(observed_old)
-    old = by_target[KernelTarget("rhcos4.18", OLD_DEV_KERNEL)]
+def test_a_node_on_an_undeclared_openshift_kernel_keeps_the_releases_driver(observed_old: Plan) -> None:
+    """A z-stream kernel the stack has not declared yet: the release's one driver still selects the node (a kernel
+    selector would leave it without one), and the pools wait for that driver."""
+    [(target, driver)] = drivers(observed_old).items()
+    assert target == DEV_DRIVER
     for machine_set in observed_old.of_type(MACHINE_SET):
-        assert depends(machine_set, by_target[DEV_TARGET])
-        assert not depends(machine_set, old)
+        assert depends(machine_set, driver)
 
 
 @pytest.mark.parametrize("type_", [LAUNCH_TEMPLATE, AUTO_SCALING_GROUP])
@@ -256,7 +260,11 @@ def test_pools_output_says_how_each_pool_rolls(dev_plan: Plan, prod_plan: Plan) 
 def test_driver_images_output_is_what_the_operator_pulls(stack: str, dev_plan: Plan, prod_plan: Plan) -> None:
     plan = dev_plan if stack == "dev" else prod_plan
 
-    pulled = {target.key: pulled_image(driver, target) for target, driver in drivers(plan).items()}
+    by_os = {target.os: driver for target, driver in drivers(plan).items() if target.kernel == ANY_KERNEL}
+    pulled = {target.key: pulled_image(driver, target) for target, driver in drivers(plan).items()
+              if target.kernel != ANY_KERNEL}
+    pulled |= {key: pulled_image(by_os[os], KernelTarget(os, kernel))
+               for key in plan.outputs["driverImages"] for os, kernel in [key.split("/", 1)] if os in by_os}
 
     assert pulled == plan.outputs["driverImages"]
 
@@ -276,18 +284,19 @@ def test_precompiled_on_openshift_changes_the_driver_images() -> None:
 # -- kernels -> NVIDIADrivers -------------------------------------------------------------------------------------
 
 
-def test_one_nvidia_driver_per_distinct_kernel(prod_plan: Plan, dev_plan: Plan) -> None:
-    # prod: three pools, two of them on the same kernel; dev: every OpenShift node runs the release's kernel.
+def test_one_nvidia_driver_per_distinct_kernel_or_openshift_release(prod_plan: Plan, dev_plan: Plan) -> None:
+    # prod: three pools, two of them on the same kernel; dev: one driver for the release's RHCOS.
     assert set(drivers(prod_plan)) == set(pool_targets("prod").values()) == {PROD_SHARED, PROD_H100}
-    assert set(drivers(dev_plan)) == {DEV_TARGET}
+    assert set(drivers(dev_plan)) == {DEV_DRIVER}
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_nvidia_driver_is_named_for_its_kernel(stack: str, dev_plan: Plan, prod_plan: Plan) -> None:
+def test_nvidia_driver_is_named_for_its_kernel_or_openshift_release(stack: str, dev_plan: Plan,
+                                                                    prod_plan: Plan) -> None:
     plan = dev_plan if stack == "dev" else prod_plan
     for target, driver in drivers(plan).items():
-        assert driver["inputs"]["metadata"]["name"] == f"nvidia-driver-{target.slug}"
-        assert driver["inputs"]["spec"]["nodeSelector"][labels.KERNEL_LABEL] == target.kernel
+        name = "nvidia-driver-rhcos4-18" if target == DEV_DRIVER else f"nvidia-driver-{target.slug}"
+        assert driver["inputs"]["metadata"]["name"] == name
 
 
 @pytest.fixture(scope="module")
@@ -319,13 +328,14 @@ def test_kernel_change_moves_the_pool_to_the_new_driver(prod_kernel_bump: Plan) 
     assert not depends(group, by_target[PROD_SHARED])
 
 
-def test_openshift_kernel_change_replaces_the_driver() -> None:
-    """Without a previous revision or observed nodes, only the declared kernel has a driver."""
+def test_an_openshift_kernel_change_keeps_the_releases_driver(dev_plan: Plan) -> None:
+    """A z-stream within the release: the same driver, unchanged, covers nodes on either kernel while they roll."""
     plan = render_stack("dev", with_cluster("dev", kernel=NEW_DEV_KERNEL))
-    new = KernelTarget("rhcos4.18", NEW_DEV_KERNEL)
 
-    assert set(drivers(plan)) == {new}
-    assert all(depends(ms, drivers(plan)[new]) for ms in plan.of_type(MACHINE_SET))
+    assert set(drivers(plan)) == {DEV_DRIVER}
+    assert drivers(plan)[DEV_DRIVER]["urn"] == drivers(dev_plan)[DEV_DRIVER]["urn"]
+    assert drivers(plan)[DEV_DRIVER]["inputs"] == drivers(dev_plan)[DEV_DRIVER]["inputs"]
+    assert plan.outputs["kernels"] == [KernelTarget("rhcos4.18", NEW_DEV_KERNEL).key]  # the preview still shows it
 
 
 def test_openshift_release_upgrade_moves_the_driver_to_the_new_rhcos() -> None:
@@ -335,7 +345,7 @@ def test_openshift_release_upgrade_moves_the_driver_to_the_new_rhcos() -> None:
     plan = render_stack("dev", config)
 
     target = KernelTarget("rhcos4.19", kernel)
-    assert set(drivers(plan)) == {target}
+    assert set(drivers(plan)) == {KernelTarget("rhcos4.19", ANY_KERNEL)}
     assert plan.outputs["kubernetesVersion"] == "1.32"
     assert plan.outputs["driverImages"] == {target.key: "nvcr.io/nvidia/driver:580.95.05-rhcos4.19"}
 
@@ -346,10 +356,10 @@ def observed_old() -> Plan:
     return render_stack("dev", observed=[ObservedNode("gpu-node-9", KernelTarget("rhcos4.18", OLD_DEV_KERNEL))])
 
 
-def test_observed_kernel_outside_the_config_gets_a_driver(observed_old: Plan) -> None:
+def test_observed_kernel_outside_the_config_is_in_the_inventory(observed_old: Plan) -> None:
     old = KernelTarget("rhcos4.18", OLD_DEV_KERNEL)
 
-    assert set(drivers(observed_old)) == {old, DEV_TARGET}
+    assert set(drivers(observed_old)) == {DEV_DRIVER}  # on OpenShift the release's driver covers it
     assert observed_old.outputs["kernels"] == [old.key, DEV_TARGET.key]
     assert observed_old.outputs["keptKernels"] == []  # there is evidence: it is observed, not kept
 
@@ -392,10 +402,11 @@ def test_observed_nodes_drop_previous_kernels_no_node_runs() -> None:
     rolling = render_with_previous("dev", previous, config, observed=[ObservedNode("gpu-1", new),
                                                                       ObservedNode("gpu-2", DEV_TARGET)])
 
-    assert set(drivers(rolled)) == {new}
+    assert rolled.outputs["kernels"] == [new.key]
     assert rolled.outputs["keptKernels"] == []
-    assert set(drivers(rolling)) == {new, DEV_TARGET}  # a node still runs it: its driver stays
+    assert rolling.outputs["kernels"] == sorted([new.key, DEV_TARGET.key])  # a node still runs it
     assert rolling.outputs["keptKernels"] == []
+    assert set(drivers(rolled)) == set(drivers(rolling)) == {DEV_DRIVER}
 
 
 # -- stacks.program.run -------------------------------------------------------------------------------------------
