@@ -50,8 +50,25 @@ def _whole(value: Any) -> Any:
 
 # Kubernetes label keys ([prefix/]name) and values, as the API server validates them (ASCII only).
 _LABEL_NAME = r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?"
-LabelKey = Annotated[str, Field(pattern=rf"^([a-z0-9]([a-z0-9.-]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}$")]
-LabelValue = Annotated[str, Field(pattern=rf"^({_LABEL_NAME})?$")]
+_LABEL_KEY = re.compile(rf"([a-z0-9]([a-z0-9.-]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}")
+
+
+def _label_key(value: str) -> str:
+    if not _LABEL_KEY.fullmatch(value):
+        raise ValueError(f"{value!r} is not a label key: [prefix/]name, the name at most 63 letters, digits, '-', '_' "
+                         "or '.', starting and ending with a letter or digit (the prefix a DNS name)")
+    return value
+
+
+def _label_value(value: str) -> str:
+    if value and not re.fullmatch(_LABEL_NAME, value):
+        raise ValueError(f"{value!r} is not a label value: at most 63 letters, digits, '-', '_' or '.', starting and "
+                         "ending with a letter or digit")
+    return value
+
+
+LabelKey = Annotated[str, AfterValidator(_label_key)]
+LabelValue = Annotated[str, AfterValidator(_label_value)]
 
 # Integers as YAML writes them: never `true` (1), "2" nor 1.5.
 Int = Annotated[int, Strict(), BeforeValidator(_whole)]

@@ -943,3 +943,11 @@ def test_a_missing_list_or_mapping_says_what_to_write(mutate: Callable[[Values],
 ])
 def test_guard_settings_that_cannot_hold(stack: str, mutate: Callable[[Values], Any], expected: str) -> None:
     assert expected in config_error(mutate, stack)
+
+
+@pytest.mark.parametrize(("labels_", "expected"), [
+    ({"bad key!": "x"}, "'bad key!' is not a label key"),
+    ({"release": "not ok!"}, "'not ok!' is not a label value"),
+])
+def test_prometheus_selector_labels_are_label_keys_and_values(labels_: dict, expected: str) -> None:
+    assert expected in config_error(lambda v: v.setdefault("monitoring", {}).update(ruleLabels=labels_), "prod")
