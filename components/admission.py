@@ -26,7 +26,8 @@ def _gpus_in(field: str) -> str:
 VARIABLES = {
     "containers": "object.spec.containers"
                   " + (has(object.spec.initContainers) ? object.spec.initContainers : [])",
-    "requestsGpu": f"variables.containers.exists(c, has(c.resources) && ({_gpus_in('limits')} || {_gpus_in('requests')}))",
+    "requestsGpu": "variables.containers.exists(c, has(c.resources)"
+                   f" && ({_gpus_in('limits')} || {_gpus_in('requests')}))",
     # The GPU taint's key, or no key (an empty one too) with Exists: that tolerates every taint.
     "toleratesGpuTaint": f"has(object.spec.tolerations) && object.spec.tolerations.exists(t,"
                          f" (has(t.key) && t.key == '{GPU}')"
@@ -53,7 +54,8 @@ VALIDATIONS = [
     ("!variables.containers.exists(c, has(c.env) && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES'))",
      f"NVIDIA_VISIBLE_DEVICES is set by the device plugin; request {GPU} instead"),
     # The operator's runtime classes: nvidia, nvidia-cdi, nvidia-legacy.
-    ("variables.requestsGpu || !has(object.spec.runtimeClassName) || !object.spec.runtimeClassName.startsWith('nvidia')",
+    ("variables.requestsGpu || !has(object.spec.runtimeClassName)"
+     " || !object.spec.runtimeClassName.startsWith('nvidia')",
      f"the nvidia runtime classes need a {GPU} request"),
     ("!has(object.metadata.annotations) || !object.metadata.annotations.exists(k, k.startsWith('cdi.k8s.io/'))",
      f"cdi.k8s.io/ annotations ask the runtime for devices outside the quota; request {GPU} instead"),

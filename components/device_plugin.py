@@ -49,7 +49,8 @@ class DevicePluginStack(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: DevicePluginStackArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:DevicePluginStack", name, None, opts)
-        configs = {WHOLE: plugin_config(None), **{pool: plugin_config(replicas) for pool, replicas in args.pools.items()}}
+        configs = {WHOLE: plugin_config(None),
+                   **{pool: plugin_config(replicas) for pool, replicas in args.pools.items()}}
         k8s.core.v1.ConfigMap(
             f"{name}-config", metadata=metadata(CONFIG_MAP, args.namespace),
             data={key: yaml.safe_dump(config, sort_keys=False) for key, config in configs.items()},

@@ -117,7 +117,8 @@ def test_a_gpu_pod_over_quota_is_refused_by_the_quota(cluster: Applied) -> None:
     ("takes a system priority class", {"priorityClassName": "system-node-critical"}, "startsWith('system-')"),
     ("takes an OpenShift priority class", {"priorityClassName": "openshift-user-critical"}, "startsWith('system-')"),
 ])
-def test_a_pod_without_a_gpu_request_cannot_reach_gpus(cluster: Applied, name: str, spec: dict, refused_by: str) -> None:
+def test_a_pod_without_a_gpu_request_cannot_reach_gpus(cluster: Applied, name: str, spec: dict,
+                                                       refused_by: str) -> None:
     """Each way onto a GPU node, or to GPU devices, without a GPU request: refused by the admission policy."""
     if "OpenShift" in name and not cluster.stack.openshift:
         pytest.skip("OpenShift's priority classes exist on OpenShift only")
@@ -203,7 +204,8 @@ def test_a_gpu_high_pod_preempts_a_gpu_low_pod_on_a_full_pool(cluster: Applied) 
     high_pods = capacity - low_pods
     if high_pods + 1 > high.gpus:
         pytest.skip(f"{high.name}'s quota cannot cover what {low.name} leaves of pool {pool.name}")
-    for tenant, count, tier in ((low, low_pods, labels.LOW_PRIORITY_CLASS), (high, high_pods, labels.HIGH_PRIORITY_CLASS)):
+    for tenant, count, tier in ((low, low_pods, labels.LOW_PRIORITY_CLASS),
+                                (high, high_pods, labels.HIGH_PRIORITY_CLASS)):
         for index in range(count):
             body = pod(f"fill-{index}", gpus=1, pool=pool.name, priorityClassName=tier)
             as_tenant(cluster, tenant).create(in_namespace(body, tenant.name))

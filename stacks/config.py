@@ -620,7 +620,7 @@ class MonitoringConfig(StrictModel):
     prometheus_operator: StrictBool | None = Field(default=None, description="create ServiceMonitor and PrometheusRule")
     rule_labels: dict[LabelKey, LabelValue] = Field(
         default_factory=dict, description="labels the Prometheus that should load the alerts and scrape the exporter "
-                                          "selects PrometheusRules and ServiceMonitors by (e.g. release: <its release>)")
+                                          "selects PrometheusRules and ServiceMonitors by (e.g. release: <name>)")
 
     def enabled(self, flavor: str) -> bool:
         return self.prometheus_operator if self.prometheus_operator is not None else flavor == "openshift"
