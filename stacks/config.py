@@ -477,9 +477,20 @@ class DriverConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> DriverConfig:
-        if not self.version.startswith(f"{self.branch}."):
+        if "version" in self.model_fields_set and not self.version.startswith(f"{self.branch}."):
             raise ValueError(f"version {self.version!r} is not on branch {self.branch!r}; set both together")
         return self
+
+    def check_for(self, precompiled: bool) -> None:
+        """A precompiled driver is the newest build of its branch NVIDIA publishes for each kernel (the operator's
+        tag rule): a version set for one would change nothing, silently. A driver built on the node is one version."""
+        if precompiled and "version" in self.model_fields_set:
+            raise ValueError("driver.version changes nothing for precompiled drivers, which run the newest build of "
+                             "driver.branch published for each kernel; remove version, or set driver.precompiled: "
+                             "false to build that version on the nodes")
+        if not precompiled and not self.version.startswith(f"{self.branch}."):
+            raise ValueError(f"driver.version: a driver built on the node is one version of branch {self.branch!r}; "
+                             f"set driver.version to it (e.g. {self.branch}.xx.yy)")
 
     def release(self, flavor: str) -> DriverRelease:
         """The driver images: precompiled by default on Kubernetes, built on the node (Driver Toolkit) on OpenShift."""
@@ -678,6 +689,10 @@ class StackConfig(StrictModel):
                 raise ValueError(f"nodePools: pool {pool.name!r} needs os and kernel: the OS and kernel its image "
                                  f"boots; set {missing}")
             self._check_tuning(pool)
+            if pool.availability_zone and not pool.availability_zone.startswith(self.cluster.region):
+                raise ValueError(f"nodePools: pool {pool.name!r} availabilityZone {pool.availability_zone!r} is not "
+                                 f"in cluster.region {self.cluster.region!r}; use one of its zones, e.g. "
+                                 f"{self.cluster.region}a")
             if openshift and len(name := pool.machine_set_name(self.cluster)) > MAX_LABEL_VALUE:
                 raise ValueError(
                     f"nodePools: pool {pool.name!r} makes the MachineSet name {name!r} {len(name)} characters long, "
@@ -693,6 +708,7 @@ class StackConfig(StrictModel):
                     f"{tenant.name!r} is a monitoring namespace (cluster.monitoringNamespaces: its Prometheus may "
                     "scrape every tenant); choose another team name"))
         self._check_network_isolation()
+        self.driver.check_for(self.driver_release.precompiled)
         if self.images.nfd and "@" in self.images.nfd:
             raise ValueError("images.nfd: the NFD chart takes a tag, not a digest; use registry/repository:tag")
         if self.images.nfd and openshift:

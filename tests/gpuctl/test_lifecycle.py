@@ -203,7 +203,7 @@ def test_driver_bump_updates_the_drivers_in_place(dev_base):
 
 def test_a_branch_bump_on_precompiled_drivers_updates_every_driver(prod_base):
     config = stack_config("prod")
-    config["gpu-platform:driver"].update(branch="590", version="590.44.01")
+    config["gpu-platform:driver"].update(branch="590")
     new = render("prod", config)
     diff = diff_plans(prod_base, new)
 

@@ -597,7 +597,7 @@ def test_malformed_nfd_operator_csv_names_the_field() -> None:
 def test_machine_set_name_must_fit_a_label_value() -> None:
     """The MachineSet name is also the value of its machines' selector label: 63 characters at most."""
     def long_names(values: Values) -> None:
-        values["cluster"]["infrastructureId"] = "dev-ocp-cluster-name-x-7xk2p"
+        values["cluster"].update(infrastructureId="dev-ocp-cluster-name-x-7xk2p", region="ap-southeast-1")
         pool(values).update(name="a" * 30, availabilityZone="ap-southeast-1a")
 
     message = config_error(long_names)
@@ -630,6 +630,10 @@ def test_driver_precompiled_defaults_per_flavor(stack: str, precompiled: bool) -
 def test_driver_precompiled_set_wins(stack: str, precompiled: bool) -> None:
     values = config_values(stack)
     values["driver"]["precompiled"] = precompiled
+    if precompiled:
+        values["driver"].pop("version", None)  # a precompiled driver is its branch's
+    else:
+        values["driver"]["version"] = "580.95.05"
 
     release = parse_stack_config(values).driver_release
 
@@ -951,3 +955,28 @@ def test_guard_settings_that_cannot_hold(stack: str, mutate: Callable[[Values], 
 ])
 def test_prometheus_selector_labels_are_label_keys_and_values(labels_: dict, expected: str) -> None:
     assert expected in config_error(lambda v: v.setdefault("monitoring", {}).update(ruleLabels=labels_), "prod")
+
+
+@pytest.mark.parametrize(("stack", "mutate", "expected"), [
+    ("prod", lambda v: v["driver"].update(version="580.95.05"),
+     "gpu-platform: driver.version changes nothing for precompiled drivers"),
+    ("dev", lambda v: v["driver"].update(precompiled=True),
+     "gpu-platform: driver.version changes nothing for precompiled drivers"),
+    ("dev", lambda v: pool(v, 0).update(availabilityZone="eu-west-1a"),
+     "pool 't4-inference' availabilityZone 'eu-west-1a' is not in cluster.region 'us-east-1'"),
+])
+def test_config_that_would_change_nothing_or_land_elsewhere_is_refused(stack: str, mutate: Callable[[Values], Any],
+                                                                       expected: str) -> None:
+    """A precompiled driver's version, or a zone of another region, would render as if it mattered."""
+    assert expected in config_error(mutate, stack)
+
+
+def test_drivers_built_on_the_node_take_a_version() -> None:
+    values = config_values("prod")
+    values["driver"].update(precompiled=False, version="580.95.05")
+    assert parse_stack_config(values).driver_release.version == "580.95.05"
+
+
+def test_a_driver_built_on_the_node_needs_a_version_of_its_branch() -> None:
+    message = config_error(lambda v: (v["driver"].pop("version"), v["driver"].update(branch="590")))
+    assert "driver.version: a driver built on the node is one version of branch '590'" in message
