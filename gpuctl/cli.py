@@ -90,7 +90,8 @@ EPILOGS = {
   gpuctl preview --stack prod --base origin/main --offline --format markdown > comment.md
   gpuctl preview --stack staging --base HEAD --format json --observed-nodes nodes.json
 
-""" + EXIT_CODES.format(extra="\n  1  a mandatory policy violation (the report is still printed)")
+""" + EXIT_CODES.format(extra="\n  1  a mandatory policy violation, or a step pulumi up would refuse (deleting or "
+                            "replacing a protected resource); the report is still printed")
     + "\n     (also: a driver image missing from its registry; the report is printed first)",
 }
 

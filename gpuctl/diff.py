@@ -237,6 +237,12 @@ def diff_plans(old: dict[str, Any], new: dict[str, Any]) -> PlanDiff:
     return PlanDiff(steps, same, {**old_by_urn, **new_by_urn})
 
 
+def refused_by_the_engine(diff: PlanDiff) -> list[Step]:
+    """Steps `pulumi up` refuses: deleting or replacing a protected resource (the engine fails the update there)."""
+    return [step for step in diff.steps if step.op in ("delete", "replace")
+            and (step.old or step.resource).get("options", {}).get("protect")]
+
+
 def refuse_driver_removal(diff: PlanDiff, observed: list[ObservedNode]) -> None:
     """Refuse a change that deletes the driver of a kernel (or, keyed by OS release, of an OS release) some node
     still runs, naming those nodes."""

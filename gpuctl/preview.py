@@ -117,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
     plan_diff.refuse_driver_removal(changes, observed or [])
     policy_config = check.read_policy_config(args.policy_config)
     violations = check.check_plan(new, policy_config)
-    outcome = VIOLATION if check.has_mandatory(violations) else OK
+    refused = plan_diff.refused_by_the_engine(changes)
+    outcome = VIOLATION if check.has_mandatory(violations) or refused else OK
     review = report.Review(
         args.stack, args.base, changes,
         summary.summarize(old, new, changes, preflight=statuses, offline=args.offline and observed is None),
@@ -131,6 +132,11 @@ def run(args: argparse.Namespace) -> int:
         report.print_text(review, console())
     if missing is not None:
         raise missing
+    if refused:
+        names = ", ".join(step.resource["name"] for step in refused)
+        print(f"refused: pulumi up would stop at {len(refused)} protected resource(s) this change deletes or "
+              f"replaces ({names}); mark the pool or tenant `retired: true` first and remove it in a later change",
+              file=sys.stderr)
     return outcome
 
 
