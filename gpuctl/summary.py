@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from components import labels
-from gpuctl.diff import NVIDIA_DRIVER, PlanDiff, Step, object_name
+from gpuctl.diff import NVIDIA_DRIVER, PlanDiff, Step, object_name, refused_by_the_engine
 
 POOL = "gpu-platform:index:GpuNodePool"
 ASG = "aws:autoscaling/group:Group"
@@ -404,12 +404,12 @@ def _destructive(diff: PlanDiff, pools: list[PoolChange], tenants: list[TenantCh
             items.append(Destructive(f"pool {pool.name} nodes", f"{pool.before.nodes - pool.after.nodes} nodes, "
                                      f"{pool.before.gpus - pool.after.gpus} GPUs"))
     removed_kernels = {kernel.key: kernel for kernel in kernels}
+    refused = {id(step) for step in refused_by_the_engine(diff)}
     for step in diff.steps:
         if step.op not in ("delete", "replace"):
             continue
         resource, verb = step.resource, "deleted" if step.op == "delete" else "replaced (deleted, then created)"
-        protected = bool((step.old or resource).get("options", {}).get("protect"))
-        engine = PROTECTED if protected and step.op == "delete" else ""
+        engine = PROTECTED if id(step) in refused else ""
         if engine and resource["parent"] in folded:
             folded[resource["parent"]] = engine
             continue
@@ -423,10 +423,12 @@ def _destructive(diff: PlanDiff, pools: list[PoolChange], tenants: list[TenantCh
                                      engine))
         elif resource["type"] == NVIDIA_DRIVER:
             annotations = resource["inputs"].get("metadata", {}).get("annotations", {})
-            key = f"{annotations.get(labels.OS_ANNOTATION)}/{annotations.get(labels.KERNEL_ANNOTATION)}"
+            node_os, kernel_name = annotations.get(labels.OS_ANNOTATION), annotations.get(labels.KERNEL_ANNOTATION)
+            key = f"{node_os}/{kernel_name}"
             kernel = removed_kernels.get(key)
+            nodes = f"kernel {key}" if kernel_name else f"{node_os} (every kernel)"  # an OS release's driver
             items.append(Destructive(f"driver {object_name(resource)} {verb}",
-                                     f"the GPU driver of every node on kernel {key}"
+                                     f"the GPU driver of every node on {nodes}"
                                      + (f" ({kernel.note})" if kernel and kernel.note else ""), engine))
         elif step.op == "replace" and resource["type"] in (ASG, MACHINE_SET):
             items.append(Destructive(f"{resource['name']} {verb}", "every node of the pool", engine))

@@ -148,3 +148,14 @@ def test_a_kernel_nodes_run_that_the_stack_does_not_declare_is_called_out(dev_pl
     assert "declares it nowhere" in rows[undeclared.key].note
     declared = rows[dev_plan.outputs["kernels"][0]]
     assert declared.pools_after == ["a100-training", "t4-inference"] and "declares it nowhere" not in declared.note
+
+
+def test_an_openshift_release_change_names_the_driver_it_removes_by_release(dev_plan):
+    """The Driver Toolkit driver serves every kernel of its RHCOS release: removing it says so, with no kernel."""
+    config = stack_config("dev")
+    config["gpu-platform:cluster"].update(release="4.19.10", kernel="5.14.0-570.28.1.el9_6.x86_64",
+                                          nfdOperatorCsv="nfd.4.19.0-202509240837")
+    new = render_stack("dev", config).document
+    summary = summarize(dev_plan.document, new, diff_plans(dev_plan.document, new))
+    [driver] = [item for item in summary.destructive if item.what.startswith("driver ")]
+    assert driver.takes_away == "the GPU driver of every node on rhcos4.18 (every kernel)"
