@@ -111,12 +111,9 @@ def applied(request, tools, tmp_path_factory) -> Iterator[Applied]:
                  "every kwok node Ready", timeout=60)
         applied = Applied(stack, plane, admin)
         apply_stack(applied)
-        # The controller manager at work: the default ServiceAccount of every namespace (pods need it) and the
-        # aggregated default ClusterRoles.
+        # The controller manager at work: the default ServiceAccount of every namespace (pods need it).
         for namespace in [obj["metadata"]["name"] for obj in stack.objects() if obj["kind"] == "Namespace"]:
             wait_for(lambda: admin.get("v1", "ServiceAccount", "default", namespace), f"{namespace}/default", 30)
-        wait_for(lambda: admin.get("rbac.authorization.k8s.io/v1", "ClusterRole", "edit").get("rules"),
-                 "the edit ClusterRole aggregated", timeout=30)
         yield applied
         for client in [admin, *applied.users.values()]:
             client.close()

@@ -58,8 +58,8 @@ class Kube:
                 return None
             raise
 
-    def list(self, api_version: str, kind: str, namespace: str | None = None, **selectors: str) -> list[dict]:
-        return self.resource(api_version, kind).get(namespace=namespace, **selectors).to_dict()["items"]
+    def list(self, api_version: str, kind: str, namespace: str | None = None) -> list[dict]:
+        return self.resource(api_version, kind).get(namespace=namespace).to_dict()["items"]
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
         """Delete at once (no grace period), dependents in the background."""

@@ -48,10 +48,6 @@ class Stack:
         return [tenant for tenant in self.config.tenants
                 if priority_class is None or tenant.priority_class == priority_class]
 
-    def gpus_per_node(self, pool: Any) -> int:
-        """What the device plugin advertises on one node of the pool: its GPUs, times its time-slicing replicas."""
-        return pool.advertised_gpus_per_node
-
     def nodes(self) -> list[dict[str, Any]]:
         """kwok nodes: each pool's replicas with the labels and taints its machines register with (from the
         plan), the labels NFD and GPU feature discovery add, and the GPUs the device plugin advertises; plus
@@ -61,7 +57,7 @@ class Stack:
             node_labels, taints = self._registration(pool.name)
             node_labels |= kernel_node_selector(self.config.kernel_target(pool)) | {GPU_PRESENT_LABEL: "true"}
             capacity = {"cpu": str(pool.instance.vcpus), "memory": f"{pool.instance.memory_mib}Mi", "pods": "110",
-                        labels.GPU_RESOURCE: str(self.gpus_per_node(pool))}
+                        labels.GPU_RESOURCE: str(pool.advertised_gpus_per_node)}
             nodes += [kwok_node(f"{pool.name}-{index}", labels=node_labels, capacity=capacity, taints=taints)
                       for index in range(pool.replicas)]
         return nodes + [kwok_node(f"cpu-{index}", labels={}, capacity={"cpu": "32", "memory": "128Gi", "pods": "110"})

@@ -198,8 +198,8 @@ def test_a_gpu_high_pod_preempts_a_gpu_low_pod_on_a_full_pool(cluster: Applied) 
     if not (low and high):
         pytest.skip(f"stack {stack.name} needs a gpu-low and a gpu-high tenant")
     low, high = low[0], max(high, key=lambda tenant: tenant.gpus)
-    pool = min(stack.config.node_pools, key=lambda p: p.replicas * stack.gpus_per_node(p))
-    capacity = pool.replicas * stack.gpus_per_node(pool)
+    pool = min(stack.config.node_pools, key=lambda p: p.advertised_capacity)
+    capacity = pool.advertised_capacity
     low_pods = min(low.gpus, capacity)
     high_pods = capacity - low_pods
     if high_pods + 1 > high.gpus:
@@ -215,7 +215,7 @@ def test_a_gpu_high_pod_preempts_a_gpu_low_pod_on_a_full_pool(cluster: Applied) 
     placed = running(cluster.admin, "urgent", high.name)
     assert placed["spec"]["nodeName"] in gpu_nodes(cluster, pool.name)
     assert len(cluster.admin.list("v1", "Pod", low.name)) == low_pods - 1  # one gpu-low pod was evicted
-    assert len([p for p in cluster.admin.list("v1", "Pod", high.name)]) == high_pods + 1
+    assert len(cluster.admin.list("v1", "Pod", high.name)) == high_pods + 1
 
 
 # Everything a tenant's workloads are made of, and the platform's objects around them.
