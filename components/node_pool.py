@@ -41,6 +41,9 @@ TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
 # On the group: the image its template boots, so an image change shows on the group that rolls, not only on the
 # template (the group's new template version is known only once the template is updated).
 IMAGE_TAG = "gpu-platform.io/image"
+BRING_YOUR_OWN = "bringYourOwn"
+BRING_YOUR_OWN_ROLL = ("nodes are provisioned outside this stack: it declares their kernel's driver before they need "
+                       "it, and you roll them")
 MACHINESET_ROLL = ("template changes reach new machines only; kernels roll with the cluster release through the "
                    "Machine Config Operator")
 
@@ -66,6 +69,13 @@ class AutoScalingPlacement:
 
 
 @dataclass(frozen=True)
+class BringYourOwnPlacement:
+    """Nodes that join the cluster by other means, selected by their labels: the stack provisions none of them."""
+
+    node_selector: dict[str, str]
+
+
+@dataclass(frozen=True)
 class InstanceRefresh:
     """Kubernetes: the rate of an Auto Scaling Group's instance refresh, and how long each node's drain may take."""
 
@@ -86,14 +96,14 @@ class GpuNodePoolArgs:
     """
 
     name: str
-    instance_type: str
+    instance_type: str | None  # None: a bring-your-own pool
     instance: InstanceType
     replicas: int
     min_replicas: int
     max_replicas: int
-    image: str
+    image: str | None  # None: a bring-your-own pool
     root_volume_gib: int
-    placement: MachineSetPlacement | AutoScalingPlacement
+    placement: MachineSetPlacement | AutoScalingPlacement | BringYourOwnPlacement
     kernel: KernelTarget | None = None
     refresh: InstanceRefresh = InstanceRefresh()
     retired: bool = False  # unprotected: a later change may remove the pool
@@ -123,10 +133,21 @@ class GpuNodePool(pulumi.ComponentResource):
     roll: dict[str, object]  # how the pool's nodes are replaced, for the preview
 
     def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpu-platform:index:GpuNodePool", name, None, opts)
-        self.node_selector = {labels.POOL_LABEL: args.name}
+        own = isinstance(args.placement, BringYourOwnPlacement)
+        # A bring-your-own pool has no resource saying what it brings: the component itself carries it, as input
+        # and output, so the capacity policy counts it whichever of the two a runtime shows it.
+        brought = {BRING_YOUR_OWN: {"nodes": args.replicas, "gpusPerNode": args.instance.gpus,
+                                    "advertisedGpusPerNode": args.advertised_gpus_per_node,
+                                    "nodeSelector": dict(args.placement.node_selector)}} if own else {}
+        super().__init__("gpu-platform:index:GpuNodePool", name, brought or None, opts)
+        self.node_selector = dict(args.placement.node_selector) if own else {labels.POOL_LABEL: args.name}
         self.taints = [dict(labels.GPU_TAINT)]
         self.gpu_capacity = args.replicas * args.instance.gpus
+        if own:
+            self.roll = {"method": "bring-your-own", "note": BRING_YOUR_OWN_ROLL}
+            self.register_outputs({"nodeSelector": self.node_selector, "taints": self.taints,
+                                   "gpuCapacity": self.gpu_capacity, **brought})
+            return
         # The engine refuses to delete (or replace) a protected resource: removing a pool takes `retired` first.
         child = pulumi.ResourceOptions.merge(child_options(self, opts), pulumi.ResourceOptions(
             protect=not args.retired))

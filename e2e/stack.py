@@ -12,11 +12,14 @@ from components import labels
 from components.driver import kernel_node_selector
 from e2e.cluster import kwok_node
 from gpuctl.render import manifests
-from stacks.config import StackConfig, parse_stack_config
+from fleet.catalog import InstanceType
+from stacks.config import NodePoolConfig, StackConfig, parse_stack_config
 from tests.conftest import Plan, config_values, render_stack
 
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"  # set by GPU feature discovery on nodes with a working driver
 CPU_NODES = 2
+# A bring-your-own node declares its GPUs only: the stand-in nodes get the CPUs and memory of a DGX-class server.
+BYO_NODE_SHAPE = InstanceType("", 0, 0, 128, 1 << 20)
 
 
 @dataclass(frozen=True)
@@ -54,18 +57,34 @@ class Stack:
         untainted CPU nodes."""
         nodes = []
         for pool in self.config.node_pools:
-            node_labels, taints = self._registration(pool.name)
+            node_labels, taints = self._registration(pool)
             node_labels |= kernel_node_selector(self.config.kernel_target(pool)) | {GPU_PRESENT_LABEL: "true"}
-            capacity = {"cpu": str(pool.instance.vcpus), "memory": f"{pool.instance.memory_mib}Mi", "pods": "110",
+            shape = pool.instance if pool.bring_your_own is None else BYO_NODE_SHAPE
+            capacity = {"cpu": str(shape.vcpus), "memory": f"{shape.memory_mib}Mi", "pods": "110",
                         labels.GPU_RESOURCE: str(pool.advertised_gpus_per_node)}
             nodes += [kwok_node(f"{pool.name}-{index}", labels=node_labels, capacity=capacity, taints=taints)
                       for index in range(pool.replicas)]
         return nodes + [kwok_node(f"cpu-{index}", labels={}, capacity={"cpu": "32", "memory": "128Gi", "pods": "110"})
                         for index in range(CPU_NODES)]
 
-    def _registration(self, pool: str) -> tuple[dict[str, str], list[dict[str, str]]]:
+    def pool_selector(self, pool: str) -> dict[str, str]:
+        """The labels that select a pool's nodes: the pool label the stack gives its machines, or the labels a
+        bring-your-own pool's nodes already carry."""
+        config = next(candidate for candidate in self.config.node_pools if candidate.name == pool)
+        if config.bring_your_own is not None:
+            return dict(config.bring_your_own.node_selector)
+        return {labels.POOL_LABEL: pool}
+
+    def _registration(self, config: NodePoolConfig) -> tuple[dict[str, str], list[dict[str, str]]]:
         """The labels and taints the pool's machines register with: a MachineSet's template, or the kubelet
-        flags of an Auto Scaling Group's launch template."""
+        flags of an Auto Scaling Group's launch template; a bring-your-own pool's nodes as its owner sets them
+        up (its selector's labels, the GPU taint, the device-plugin config label when it shares GPUs)."""
+        pool = config.name
+        if config.bring_your_own is not None:
+            node_labels = dict(config.bring_your_own.node_selector)
+            if config.time_slicing_replicas:
+                node_labels[labels.DEVICE_PLUGIN_CONFIG_LABEL] = pool
+            return node_labels, [dict(labels.GPU_TAINT)]
         for resource in self.plan.resources:
             inputs = resource["inputs"]
             if resource["type"].endswith(":MachineSet"):

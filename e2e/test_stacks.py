@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from e2e.conftest import Applied, object_key
 from e2e.kube import wait_for
 from e2e.stack import dependency_order
+from stacks.byo_nodes import ByoNodesError, check_byo_nodes, read_byo_nodes
+from stacks.config import DiscoveryConfig
 
 # What the API server and controllers own on an object; a re-apply that changes only these changed nothing of ours.
 SERVER_OWNED = ("status",)
@@ -91,3 +95,22 @@ def test_admission_policies_type_check_against_the_api_servers_schemas(applied: 
 
         status = wait_for(checked, f"{obj['metadata']['name']} type-checked", timeout=30)
         assert (status.get("typeChecking") or {}).get("expressionWarnings", []) == [], obj["metadata"]["name"]
+
+
+def test_bring_your_own_nodes_are_checked_on_the_real_api_server(applied: Applied) -> None:
+    pools = [pool for pool in applied.stack.config.node_pools if pool.bring_your_own is not None]
+    if not pools:
+        pytest.skip(f"{applied.stack.name} has no bring-your-own pool")
+    discovery = DiscoveryConfig(kubeconfig=str(applied.plane.kubeconfig))
+    # The stand-in nodes are set up as the owner is told to: tainted, labelled, as many as declared.
+    assert check_byo_nodes(pools, read_byo_nodes(discovery, pools)) == []
+    name = f"{pools[0].name}-0"
+    nodes = applied.admin.resource("v1", "Node")
+    taints = applied.admin.get("v1", "Node", name)["spec"]["taints"]
+    merge = "application/merge-patch+json"
+    nodes.patch(name=name, body={"spec": {"taints": None}}, content_type=merge)
+    try:
+        with pytest.raises(ByoNodesError, match=f"pool '{pools[0].name}' nodes {name} lack the GPU taint"):
+            check_byo_nodes(pools, read_byo_nodes(discovery, pools))
+    finally:
+        nodes.patch(name=name, body={"spec": {"taints": taints}}, content_type=merge)

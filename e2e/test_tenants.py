@@ -33,13 +33,15 @@ def message(rule_part: str, validations: list = VALIDATIONS) -> str:
     return text
 
 
-def pod(name: str, *, gpus: int = 0, pool: str | None = None, tolerate: bool = False, **spec: Any) -> dict:
+def pod(name: str, *, gpus: int = 0, pool: dict[str, str] | None = None, tolerate: bool = False,
+        **spec: Any) -> dict:
+    """A pause pod; `pool` is the node selector of the pool it must land in."""
     container: dict[str, Any] = {"name": "main", "image": PAUSE}
     if gpus:
         container["resources"] = {"limits": {GPU: str(gpus)}}
     body: dict[str, Any] = {"containers": [container], **spec}
     if pool:
-        body["nodeSelector"] = {labels.POOL_LABEL: pool}
+        body["nodeSelector"] = dict(pool)
     if tolerate or gpus:
         body["tolerations"] = [dict(labels.GPU_TOLERATION)]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": body}
@@ -70,8 +72,9 @@ def as_tenant(applied: Applied, tenant: Any) -> Kube:
 
 
 def gpu_nodes(applied: Applied, pool: str) -> set[str]:
+    selector = applied.stack.pool_selector(pool).items()
     return {node["metadata"]["name"] for node in applied.stack.nodes()
-            if node["metadata"]["labels"].get(labels.POOL_LABEL) == pool}
+            if selector <= node["metadata"]["labels"].items()}
 
 
 def running(kube: Kube, name: str, namespace: str) -> dict:
@@ -85,7 +88,7 @@ def test_a_gpu_pod_within_quota_runs_on_a_node_of_its_pool(cluster: Applied) -> 
     tenant = cluster.stack.config.tenants[0]
     pool = cluster.stack.config.node_pools[0]
     user = as_tenant(cluster, tenant)
-    user.create(in_namespace(pod("train", gpus=1, pool=pool.name), tenant.name))
+    user.create(in_namespace(pod("train", gpus=1, pool=cluster.stack.pool_selector(pool.name)), tenant.name))
     placed = running(cluster.admin, "train", tenant.name)
     assert placed["spec"]["nodeName"] in gpu_nodes(cluster, pool.name)
 
@@ -168,7 +171,7 @@ def test_no_workload_template_puts_a_cpu_pod_on_a_gpu_node(cluster: Applied, kin
     pod of the template ever exists, let alone on a GPU node."""
     tenant = cluster.stack.config.tenants[0]
     pool = cluster.stack.config.node_pools[0].name
-    pod_spec = pod("x", pool=pool, tolerate=True)["spec"] if way == "toleration" else \
+    pod_spec = pod("x", pool=cluster.stack.pool_selector(pool), tolerate=True)["spec"] if way == "toleration" else \
         {**pod("x")["spec"], "nodeName": next(iter(gpu_nodes(cluster, pool)))}
     as_tenant(cluster, tenant).create(in_namespace(_template(kind, pod_spec), tenant.name))
     expected = message("toleratesGpuTaint" if way == "toleration" else "namesNode")
@@ -207,11 +210,12 @@ def test_a_gpu_high_pod_preempts_a_gpu_low_pod_on_a_full_pool(cluster: Applied) 
     for tenant, count, tier in ((low, low_pods, labels.LOW_PRIORITY_CLASS),
                                 (high, high_pods, labels.HIGH_PRIORITY_CLASS)):
         for index in range(count):
-            body = pod(f"fill-{index}", gpus=1, pool=pool.name, priorityClassName=tier)
+            body = pod(f"fill-{index}", gpus=1, pool=stack.pool_selector(pool.name), priorityClassName=tier)
             as_tenant(cluster, tenant).create(in_namespace(body, tenant.name))
             running(cluster.admin, f"fill-{index}", tenant.name)
     as_tenant(cluster, high).create(in_namespace(
-        pod("urgent", gpus=1, pool=pool.name, priorityClassName=labels.HIGH_PRIORITY_CLASS), high.name))
+        pod("urgent", gpus=1, pool=stack.pool_selector(pool.name), priorityClassName=labels.HIGH_PRIORITY_CLASS),
+        high.name))
     placed = running(cluster.admin, "urgent", high.name)
     assert placed["spec"]["nodeName"] in gpu_nodes(cluster, pool.name)
     assert len(cluster.admin.list("v1", "Pod", low.name)) == low_pods - 1  # one gpu-low pod was evicted

@@ -162,7 +162,8 @@ def pool_states(plan: dict[str, Any]) -> dict[str, PoolState]:
         # Plans from before each pool chose its sharing have one fleet-wide time-slicing config instead.
         fleet_sharing = None if all("sharing" in pool for pool in outputs["pools"].values()) else time_slicing(plan)
         return {name: PoolState(
-            instance_type=pool.get("instanceType"), nodes=pool.get("nodes", 0), gpus=pool.get("gpus", 0),
+            instance_type=pool.get("instanceType") or _brought(pool), nodes=pool.get("nodes", 0),
+            gpus=pool.get("gpus", 0),
             gpus_per_node=pool.get("gpusPerNode", 0), os=pool.get("os"), kernel=pool.get("kernel"),
             image=pool.get("image"), min_nodes=pool.get("minNodes"), max_nodes=pool.get("maxNodes"),
             roll=dict(pool.get("roll") or {}), retired=bool(pool.get("retired")),
@@ -191,6 +192,13 @@ def pool_states(plan: dict[str, Any]) -> dict[str, PoolState]:
                                      None, None, (provider.get("ami") or {}).get("id"),
                                      roll={"method": "machineset"})
     return states
+
+
+def _brought(pool: dict[str, Any]) -> str | None:
+    """What stands for a bring-your-own pool's instance type: its nodes' GPUs."""
+    if (pool.get("roll") or {}).get("method") != "bring-your-own":
+        return None
+    return f"bring-your-own, {pool.get('gpusPerNode')}x {pool.get('gpuModel')}"
 
 
 def time_slicing(plan: dict[str, Any]) -> int | None:
@@ -280,12 +288,23 @@ def _refresh_phrase(state: PoolState, at_once: int) -> str:
 
 def _pool_change(name: str, before: PoolState | None, after: PoolState | None, steps: list[Step],
                  release: tuple[str | None, str | None]) -> PoolChange:
+    brought = (after or before).roll.get("method") == "bring-your-own"
     if after is None:
+        if brought:
+            return PoolChange(name, before, None, "removed from the stack: its nodes are not this stack's and keep "
+                              "running; quotas no longer count their GPUs")
         return PoolChange(name, before, None, "removed: every node is terminated",
                           before.gpus if before else None)
     if before is None:
+        if brought:
+            return PoolChange(name, None, after, f"new: {after.nodes} bring-your-own node"
+                              f"{'s' if after.nodes != 1 else ''} counted; none launched")
         return PoolChange(name, None, after, f"new: {after.nodes} node{'s' if after.nodes != 1 else ''} launched")
     method = after.roll.get("method")
+    if brought:
+        kernel = (f"kernel {before.kernel} -> {after.kernel}: its driver is declared now; you reboot the nodes into "
+                  "it" if before.kernel != after.kernel else "")
+        return PoolChange(name, before, after, kernel or "no roll (nodes are not this stack's)")
     template_changed = any(step.resource["type"] in (LAUNCH_TEMPLATE,) for step in steps) or any(
         step.resource["type"] == MACHINE_SET and any(c.path.startswith("spec.template") for c in step.changes)
         for step in steps)
@@ -392,6 +411,8 @@ def _destructive(diff: PlanDiff, pools: list[PoolChange], tenants: list[TenantCh
               if step.op == "delete" and step.resource["type"] == POOL}
     pool_items = {}
     for pool in pools:
+        if (pool.after or pool.before).roll.get("method") == "bring-your-own":
+            continue  # its nodes are not the stack's: nothing of theirs goes
         if pool.after is None and pool.before is not None:
             pool_items[f"pool-{pool.name}"] = len(items)
             items.append(Destructive(f"pool {pool.name}", f"{pool.before.nodes} nodes, {pool.before.gpus} GPUs "

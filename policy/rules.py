@@ -214,6 +214,14 @@ def pool_capacity(pool: PolicyResource, sharing: Mapping[str, int]) -> int:
     return (whole(nodes) or 0) * per_node
 
 
+def byo_capacity(pool: PolicyResource) -> int:
+    """nvidia.com/gpu a bring-your-own pool advertises: what its component declares (it provisions nothing)."""
+    brought = pool.props.get("bringYourOwn")
+    if not isinstance(brought, Mapping):
+        return 0
+    return (whole(brought.get("nodes")) or 0) * (whole(brought.get("advertisedGpusPerNode")) or 0)
+
+
 def registers_gpu_taint(template: PolicyResource) -> bool:
     """Whether a launch template's user data makes the kubelet register the GPU taint."""
     try:
@@ -351,7 +359,9 @@ def _quota_within_capacity(args: StackValidationArgs, report: ReportViolation) -
     promised = tenant_gpu_quotas(args.resources)
     total = sum(promised.values())
     sharing = device_plugin_sharing(args.resources)
-    capacity = sum(pool_capacity(pool, sharing) for pool in gpu_pools(index(args.resources).selected(is_pool)))
+    found = index(args.resources)
+    capacity = (sum(pool_capacity(pool, sharing) for pool in gpu_pools(found.selected(is_pool)))
+                + sum(byo_capacity(pool) for pool in found.of_type(POOL_COMPONENT)))
     if total > capacity * ratio:
         tenants = ", ".join(f"{name} {gpus}" for name, gpus in sorted(promised.items()))
         report(f"tenant GPU quotas add up to {total} GPUs ({tenants}) but the GPU pools advertise {capacity}; with "

@@ -6,12 +6,12 @@ import difflib
 import ipaddress
 import json
 import re
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import pulumi
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, SecretStr, Strict,
                       StrictBool, ValidationError, model_validator)
-from pydantic.alias_generators import to_camel
+from pydantic.alias_generators import to_camel, to_snake
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
@@ -195,9 +195,6 @@ class ClusterConfig(StrictModel):
             if "project_self_provisioning" in self.model_fields_set:
                 raise ValueError("projectSelfProvisioning applies to OpenShift (its self-provisioner role); on "
                                  "Kubernetes who may create namespaces is your RBAC's: remove it")
-            if not (self.subnet_ids and self.security_group_ids and self.instance_profile):
-                raise ValueError("subnetIds, securityGroupIds and instanceProfile are required on Kubernetes "
-                                 "(Auto Scaling Group pools)")
         if self.kubernetes_version is None:
             raise ValueError("kubernetesVersion is required on Kubernetes, as \"1.NN\"")
         if self.kubernetes_version not in SUPPORTED_KUBERNETES_VERSIONS:
@@ -374,17 +371,35 @@ class RollConfig(StrictModel):
         return self
 
 
+class BringYourOwnConfig(StrictModel):
+    """Nodes that join the cluster by other means (bare metal, a managed node group, another tool): the stack
+    provisions nothing for them, declares their driver, checks live that they carry the GPU taint, and counts them."""
+
+    node_selector: dict[Annotated[str, AfterValidator(_label_key)], Annotated[str, AfterValidator(_label_value)]] = \
+        Field(min_length=1, description="labels that select the pool's nodes, and no other node")
+    gpu_model: Annotated[str, AfterValidator(_label_value)] = Field(
+        min_length=1, description="the GPU as GPU feature discovery names it (nvidia.com/gpu.product)")
+    gpus_per_node: Int = Field(ge=1, le=64, description="physical GPUs in each node")
+
+
+# Settings of pools this stack provisions, which a bring-your-own pool cannot have.
+_PROVISIONING_FIELDS = ("instance_type", "image", "availability_zone", "root_volume_gib", "min_replicas",
+                        "max_replicas", "profile", "fabric", "subnet_id", "roll", "retired")
+
+
 class NodePoolConfig(StrictModel):
     """A pool of identical GPU nodes booting one image, hence one kernel."""
 
     name: Annotated[str, _dns_label(30)]
-    instance_type: str
+    bring_your_own: BringYourOwnConfig | None = Field(
+        default=None, description="Kubernetes: nodes from elsewhere, selected by labels; nothing is provisioned")
+    instance_type: str | None = None
     replicas: Int = Field(ge=0, le=MAX_POOL_NODES)
     min_replicas: Int = Field(default=0, ge=0, le=MAX_POOL_NODES)
     max_replicas: Int | None = Field(default=None, ge=0, le=MAX_POOL_NODES)
     os: str | None = None
     kernel: str | None = None
-    image: str = Field(pattern=r"^ami-[0-9a-f]{8,17}$")
+    image: str | None = Field(default=None, pattern=r"^ami-[0-9a-f]{8,17}$")
     availability_zone: str | None = Field(default=None, pattern=r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]([a-z]|(-[a-z0-9]+)+)$",
                                           description="OpenShift: the zone of the pool's machines, e.g. us-east-1a")
     root_volume_gib: Int = Field(default=200, ge=50, le=16384)
@@ -398,12 +413,26 @@ class NodePoolConfig(StrictModel):
     retired: StrictBool = Field(default=False,
                                 description="unprotect the pool's machines so a later change may remove it")
 
+    # What an entry usually needs (a pool this stack provisions), for messages about a missing one.
+    usual_keys: ClassVar[tuple[str, ...]] = ("name", "instanceType", "replicas", "image")
+
     @model_validator(mode="after")
     def _check(self) -> NodePoolConfig:
-        if self.instance_type not in INSTANCE_TYPES:
-            close = difflib.get_close_matches(self.instance_type, INSTANCE_TYPES, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(INSTANCE_TYPES))}"
-            raise ValueError(f"instanceType {self.instance_type!r} is not a known GPU instance type; {hint}")
+        if self.bring_your_own is not None:
+            provisioned = [to_camel(field) for field in _PROVISIONING_FIELDS if field in self.model_fields_set]
+            if provisioned:
+                raise ValueError(f"{', '.join(provisioned)}: a bringYourOwn pool's nodes are provisioned outside this "
+                                 "stack, which sets only its replicas (node count), os, kernel and "
+                                 "timeSlicingReplicas; remove them")
+        else:
+            missing = [to_camel(field) for field in ("instance_type", "image") if getattr(self, field) is None]
+            if missing:
+                raise ValueError(f"{' and '.join(missing)} required: the AWS instance type and image (AMI) of the "
+                                 "pool's machines, or bringYourOwn for nodes provisioned elsewhere")
+            if self.instance_type not in INSTANCE_TYPES:
+                close = difflib.get_close_matches(self.instance_type, INSTANCE_TYPES, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(INSTANCE_TYPES))}"
+                raise ValueError(f"instanceType {self.instance_type!r} is not a known GPU instance type; {hint}")
         if self.os is not None:
             # Whether a pool may or must set os and kernel depends on the flavor: StackConfig checks that.
             node_os = NODE_OSES.get(self.os)
@@ -429,6 +458,9 @@ class NodePoolConfig(StrictModel):
 
     @property
     def instance(self) -> InstanceType:
+        """The machine: an AWS instance type, or what a bring-your-own pool declares of its nodes' GPUs."""
+        if self.bring_your_own is not None:
+            return InstanceType(self.bring_your_own.gpu_model, self.bring_your_own.gpus_per_node, 0, 0, 0)
         return INSTANCE_TYPES[self.instance_type]
 
     @property
@@ -448,6 +480,11 @@ class NodePoolConfig(StrictModel):
     @property
     def advertised_capacity(self) -> int:
         return self.replicas * self.advertised_gpus_per_node
+
+    @property
+    def autoscaler_min(self) -> int:
+        """Fewest nodes: a bring-your-own pool has the nodes it has, nothing scales it."""
+        return self.replicas if self.bring_your_own is not None else self.min_replicas
 
     @property
     def autoscaler_max(self) -> int:
@@ -675,6 +712,7 @@ class StackConfig(StrictModel):
                     raise ValueError(f"{field}: name {item.name!r} appears twice; names must be unique")
                 seen.add(item.name)
         openshift = self.cluster.flavor == "openshift"
+        self._check_placement()
         for pool in self.node_pools:
             if openshift and (pool.os or pool.kernel):
                 raise ValueError(f"nodePools: pool {pool.name!r} sets os or kernel, but OpenShift nodes run the kernel "
@@ -715,6 +753,32 @@ class StackConfig(StrictModel):
             raise ValueError("images: nfd applies to Kubernetes; on OpenShift the NFD operator runs the NFD image "
                              "of the cluster release")
         return self
+
+    def _check_placement(self) -> None:
+        """Bring-your-own pools on Kubernetes only; what Auto Scaling Group pools need, when the stack has one."""
+        cluster = self.cluster
+        for index, pool in enumerate(self.node_pools):
+            if pool.bring_your_own is not None and cluster.flavor == "openshift":
+                raise _field_error(("nodePools", index, "bringYourOwn"), (
+                    "applies to Kubernetes clusters; OpenShift pools are MachineSets of this stack: remove it and "
+                    "set instanceType and image"))
+        if cluster.flavor == "kubernetes" and self.aws_pools and not (
+                cluster.subnet_ids and cluster.security_group_ids and cluster.instance_profile):
+            missing = ", ".join(name for name in ("subnetIds", "securityGroupIds", "instanceProfile")
+                                if not getattr(cluster, to_snake(name)))
+            raise _field_error(("cluster",), (
+                f"{missing} required: pool {self.aws_pools[0].name!r} is an Auto Scaling Group launched into them "
+                "(set them, or make every pool bringYourOwn)"))
+        if cluster.node_termination_handler_role and not self.aws_pools:
+            raise _field_error(("cluster", "nodeTerminationHandlerRole"), (
+                "drains Auto Scaling Group nodes, and no pool is one; remove it"))
+
+    @property
+    def aws_pools(self) -> tuple[NodePoolConfig, ...]:
+        """Kubernetes pools this stack provisions on AWS: Auto Scaling Groups (every pool but bring-your-own)."""
+        if self.cluster.flavor != "kubernetes":
+            return ()
+        return tuple(pool for pool in self.node_pools if pool.bring_your_own is None)
 
     def _check_network_isolation(self) -> None:
         """No two tenants share a layer-2 segment (a macvlan host interface, or SR-IOV VFs of one resource on one
@@ -836,7 +900,9 @@ def _shape(loc: tuple[Any, ...]) -> str:
     model = _model_in(field.annotation) if field else None
     if model is None:
         return ""
-    return " {" + ", ".join(info.alias or name for name, info in model.model_fields.items() if info.is_required()) + "}"
+    keys = getattr(model, "usual_keys", None) or [info.alias or name for name, info in model.model_fields.items()
+                                                    if info.is_required()]
+    return " {" + ", ".join(keys) + "}"
 
 
 def _describe(error: ValidationError) -> str:

@@ -16,8 +16,8 @@ from components.manifests import metadata
 from components.monitoring import MonitoringStack, MonitoringStackArgs
 from components.nfd import NfdStack, NfdStackArgs
 from components.node_drain import NodeDrain, NodeDrainArgs
-from components.node_pool import (AutoScalingPlacement, GpuNodePool, GpuNodePoolArgs, InstanceRefresh,
-                                  MachineSetPlacement, cluster_autoscaler)
+from components.node_pool import (AutoScalingPlacement, BringYourOwnPlacement, GpuNodePool, GpuNodePoolArgs,
+                                  InstanceRefresh, MachineSetPlacement, cluster_autoscaler)
 from components.node_profile import NodeTuning
 from components.tenant_network import TenantNetwork, network_admission_args
 from components.tenant_quota import TenantQuota, TenantQuotaArgs, self_provisioning_off, tenant_role
@@ -71,11 +71,12 @@ class GpuPlatform(pulumi.ComponentResource):
         tuning = self._tuning(config)
         pool_args = {pool.name: self._pool_args(config, pool, tuning) for pool in config.node_pools}
         # Kubernetes: the drain runs before any group exists or rolls, so no node terminates undrained.
-        drain = [] if openshift else [NodeDrain("node-drain", NodeDrainArgs(
+        drain = [NodeDrain("node-drain", NodeDrainArgs(
             cluster=cluster.name, region=cluster.region, groups=tuple(
-                f"{cluster.name}-gpu-{pool.name}" for pool in config.node_pools),
-            drain_timeout_seconds=max(pool.roll.drain_timeout_seconds for pool in config.node_pools),
-            role=cluster.node_termination_handler_role), pulumi.ResourceOptions(parent=self)).ready]
+                f"{cluster.name}-gpu-{pool.name}" for pool in config.aws_pools),
+            drain_timeout_seconds=max(pool.roll.drain_timeout_seconds for pool in config.aws_pools),
+            role=cluster.node_termination_handler_role), pulumi.ResourceOptions(parent=self)).ready
+        ] if config.aws_pools else []
         self.pools = {
             pool.name: GpuNodePool(f"pool-{pool.name}", pool_args[pool.name], pulumi.ResourceOptions(
                 parent=self, depends_on=[driver.drivers[config.kernel_target(pool)], *tuning.waits(pool.name),
@@ -127,8 +128,9 @@ class GpuPlatform(pulumi.ComponentResource):
             "tenants": {tenant.name: {"gpus": tenant.gpus, "priorityClass": tenant.priority_class}
                         for tenant in config.tenants},
             "pools": {pool.name: {
-                "instanceType": pool.instance_type, "nodes": pool.replicas, "minNodes": pool.min_replicas,
-                "maxNodes": pool.autoscaler_max, "gpusPerNode": pool.instance.gpus, "gpus": pool.gpu_capacity,
+                "instanceType": pool.instance_type, "nodes": pool.replicas, "minNodes": pool.autoscaler_min,
+                "maxNodes": pool.autoscaler_max, "gpusPerNode": pool.instance.gpus, "gpuModel": pool.instance.gpu_model,
+                "gpus": pool.gpu_capacity,
                 # pods per GPU (1: whole GPUs; a None would not survive as an output)
                 "sharing": pool.time_slicing_replicas or 1, "advertisedGpus": pool.advertised_capacity,
                 "os": config.kernel_target(pool).os, "kernel": pool.kernel, "image": pool.image,
@@ -159,7 +161,9 @@ class GpuPlatform(pulumi.ComponentResource):
     @staticmethod
     def _pool_args(config: StackConfig, pool: NodePoolConfig, tuning: PoolTuning) -> GpuNodePoolArgs:
         cluster = config.cluster
-        if cluster.flavor == "openshift":
+        if pool.bring_your_own is not None:
+            placement = BringYourOwnPlacement(dict(pool.bring_your_own.node_selector))
+        elif cluster.flavor == "openshift":
             placement = MachineSetPlacement(cluster.infrastructure_id, pool.machine_set_name(cluster),
                                             cluster.region, pool.zone(cluster))
         else:
@@ -168,7 +172,7 @@ class GpuPlatform(pulumi.ComponentResource):
                                              cluster.security_group_ids, cluster.instance_profile)
         return GpuNodePoolArgs(
             name=pool.name, instance_type=pool.instance_type, instance=pool.instance, replicas=pool.replicas,
-            min_replicas=pool.min_replicas, max_replicas=pool.autoscaler_max, image=pool.image,
+            min_replicas=pool.autoscaler_min, max_replicas=pool.autoscaler_max, image=pool.image,
             root_volume_gib=pool.root_volume_gib, placement=placement, kernel=pool.kernel_target,
             refresh=InstanceRefresh(**pool.roll.model_dump()), retired=pool.retired,
             sharing=pool.time_slicing_replicas, drain_permitted=bool(cluster.node_termination_handler_role),

@@ -10,6 +10,7 @@ import pulumi_kubernetes as k8s
 
 from fleet.kernels import KernelInventory, KernelTarget, ObservedNode
 from stacks.config import PROJECT, ClusterConfig, ConfigError, StackConfig, load_stack_config
+from stacks.byo_nodes import check_byo_nodes, read_byo_nodes
 from stacks.discovery import read_live_nodes
 from stacks.gpu_platform import GpuPlatform
 from stacks.preconditions import check_crds, required_crds
@@ -24,7 +25,8 @@ def build(config: StackConfig, observed: Iterable[ObservedNode] | None = None, *
         config: the validated stack config.
         observed: GPU nodes already read (a `kubectl get nodes -o json` file); None when not known.
         discover: read the cluster live when the stack enables discovery: check the CRDs the stack needs and does
-            not install (stacks/preconditions.py), and read the nodes when none were given.
+            not install (stacks/preconditions.py), read the nodes when none were given, and check the nodes of
+            bring-your-own pools (stacks/byo_nodes.py).
         preflight: check every driver image exists before any resource is registered.
         previous: kernels that had a driver before this change; kept while no node inventory says otherwise.
     """
@@ -34,6 +36,9 @@ def build(config: StackConfig, observed: Iterable[ObservedNode] | None = None, *
         check_crds(config.cluster.discovery, required_crds(config))
         if observed is None:
             observed = read_live_nodes(config.cluster.discovery)
+        if byo := [pool for pool in config.node_pools if pool.bring_your_own is not None]:
+            for warning in check_byo_nodes(byo, read_byo_nodes(config.cluster.discovery, byo)):
+                pulumi.log.warn(warning)
     inventory = KernelInventory.build(config.declared_kernels, observed, previous)
     for target in sorted(set(inventory.nodes) - config.declared_kernels):
         pulumi.log.warn(f"GPU nodes run kernel {target.kernel} ({target.os}), which the stack does not declare: "
@@ -42,7 +47,7 @@ def build(config: StackConfig, observed: Iterable[ObservedNode] | None = None, *
     if preflight:
         check_driver_images({target: config.driver_release.image(target) for target in inventory.targets})
     platform = GpuPlatform("gpu-platform", config, inventory,
-                           pulumi.ResourceOptions(providers=providers(config.cluster)))
+                           pulumi.ResourceOptions(providers=providers(config)))
     for key, value in platform.outputs.items():
         pulumi.export(key, value)
     return platform
@@ -56,21 +61,24 @@ CLUSTER_TAG = "gpu-platform.io/cluster"
 STACK_TAG = "gpu-platform.io/stack"
 
 
-def providers(cluster: ClusterConfig) -> list[pulumi.ProviderResource]:
-    """The explicit AWS and Kubernetes providers every resource of the program uses (children inherit them).
+def providers(config: StackConfig) -> list[pulumi.ProviderResource]:
+    """The explicit providers every resource of the program uses (children inherit them).
 
-    AWS: the cluster's region, and tags naming the cluster and stack on every AWS resource that takes tags (the
-    provider's `default_tags`; Auto Scaling Groups carry their own). Kubernetes: the cluster's kubeconfig and
+    AWS, only when the stack provisions Auto Scaling Group pools (OpenShift pools are MachineSets, bring-your-own
+    pools are provisioned elsewhere, so those stacks need no AWS credentials): the cluster's region, and tags
+    naming the cluster and stack on every AWS resource that takes tags (the provider's `default_tags`; Auto
+    Scaling Groups carry their own). Kubernetes: the cluster's kubeconfig and
     context (the ones live discovery reads; $KUBECONFIG or ~/.kube/config and its current context when unset);
     `cluster_identifier` is the cluster's name, so a new kubeconfig path or context for the same cluster updates
     the provider instead of replacing every object (pulumi-kubernetes DiffConfig); the kubeconfig is a secret.
     """
-    aws_provider = aws.Provider("aws", region=cluster.region, default_tags=aws.ProviderDefaultTagsArgs(
-        tags={CLUSTER_TAG: cluster.name, STACK_TAG: pulumi.get_stack()}))
+    cluster = config.cluster
+    aws_provider = [aws.Provider("aws", region=cluster.region, default_tags=aws.ProviderDefaultTagsArgs(
+        tags={CLUSTER_TAG: cluster.name, STACK_TAG: pulumi.get_stack()}))] if config.aws_pools else []
     k8s_provider = k8s.Provider(
         "kubernetes", cluster_identifier=cluster.name, context=cluster.context,
         kubeconfig=pulumi.Output.secret(cluster.kubeconfig) if cluster.kubeconfig else None)
-    return [aws_provider, k8s_provider]
+    return [*aws_provider, k8s_provider]
 
 
 def _refuse_provider_keys(cluster: ClusterConfig) -> None:

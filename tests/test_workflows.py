@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import render_stack
+
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"
 WORKFLOW_FILES = sorted([*WORKFLOWS.glob("*.yml"), *WORKFLOWS.glob("*.yaml")])
@@ -179,13 +181,21 @@ def test_offline_preview_posts_one_sticky_comment_per_stack_then_fails_on_a_bad_
     assert index_of(job, run_step) < index_of(job, composed) < index_of(job, comment) < index_of(job, failing)
 
 
-def test_pulumi_preview_is_gated_on_configured_credentials(preview):
+@pytest.fixture(scope="module")
+def aws_stacks() -> list[str]:
+    """The shipped stacks whose program registers an AWS provider (Auto Scaling Group pools)."""
+    return sorted(stack for stack in SHIPPED_STACKS if render_stack(stack).of_type("pulumi:providers:aws"))
+
+
+def test_pulumi_preview_is_gated_on_configured_credentials(preview, aws_stacks):
     job = preview["jobs"]["pulumi-preview"]
     assert "vars.PULUMI_PREVIEW == 'true'" in job["if"]
     assert matrix_stacks(job) == SHIPPED_STACKS
     assert job["permissions"]["id-token"] == "write"
-    assert steps_using(job, "aws-actions/configure-aws-credentials")[0]["with"]["role-to-assume"].startswith(
-        "${{ vars.")
+    [credentials] = steps_using(job, "aws-actions/configure-aws-credentials")
+    assert credentials["with"]["role-to-assume"].startswith("${{ vars.")
+    # AWS credentials reach only the stacks that register AWS resources: least privilege.
+    assert sorted(re.findall(r"matrix\.stack == '([a-z0-9-]+)'", credentials["if"])) == aws_stacks
     assert any("secrets[format('PREVIEW_KUBECONFIG_{0}', matrix.stack)]" in str(step.get("env", {}))
                for step in job["steps"])
 
@@ -233,6 +243,17 @@ def test_deploy_runs_dev_first_then_staging_then_prod_behind_environments(deploy
     assert prod["needs"] in (staging_id, [staging_id])
     assert staging["environment"] == "staging"
     assert prod["environment"] == "production"
+    # onprem takes what soaked in staging, behind its own approval.
+    _, onprem = jobs["onprem"]
+    assert onprem["needs"] in (staging_id, [staging_id])
+    assert onprem["environment"] == "onprem"
+
+
+def test_deploy_gives_aws_credentials_only_to_stacks_with_aws_resources(deploy, aws_stacks):
+    for stack, (_, job) in deploy_jobs(deploy).items():
+        credentials = steps_using(job, "aws-actions/configure-aws-credentials")
+        assert bool(credentials) == (stack in aws_stacks), stack
+        assert ("id-token" in job["permissions"]) == (stack in aws_stacks), stack
 
 
 def test_deploy_serialises_updates_per_stack_without_cancelling(deploy):
@@ -244,7 +265,7 @@ def test_deploy_serialises_updates_per_stack_without_cancelling(deploy):
     assert len(groups) == len(SHIPPED_STACKS)
 
 
-@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_deploy_previews_with_preflight_before_up_with_the_policy_pack(deploy, stack):
     _, job = deploy_jobs(deploy)[stack]
     preflight, arguments = gpuctl_preview(job)
@@ -273,7 +294,7 @@ def test_token_is_read_only_unless_a_job_asks(name):
     assert load(name)["permissions"] == {"contents": "read"}
 
 
-@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_deploy_runs_the_policy_pack_on_a_preview_before_up(deploy, stack):
     # Stack policies run only after `pulumi up` has registered every resource, so a mandatory stack-policy
     # violation must stop the job in a preview, before the update.

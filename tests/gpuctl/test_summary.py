@@ -159,3 +159,19 @@ def test_an_openshift_release_change_names_the_driver_it_removes_by_release(dev_
     summary = summarize(dev_plan.document, new, diff_plans(dev_plan.document, new))
     [driver] = [item for item in summary.destructive if item.what.startswith("driver ")]
     assert driver.takes_away == "the GPU driver of every node on rhcos4.18 (every kernel)"
+
+
+def test_bring_your_own_pools_are_never_terminated_and_their_kernel_change_is_yours_to_roll():
+    base = render_stack("onprem").document
+    config = stack_config("onprem")
+    config["gpu-platform:nodePools"] = [pool(config, "l40s-inference")]
+    pool(config, "l40s-inference")["kernel"] = "5.15.0-126-generic"
+    new = render_stack("onprem", config).document
+    summary = summarize(base, new, diff_plans(base, new), offline=True)
+    pools = {p.name: p for p in summary.pools}
+    assert pools["dgx-a100"].roll.startswith("removed from the stack: its nodes are not this stack's and keep running")
+    assert pools["l40s-inference"].roll == ("kernel 5.15.0-125-generic -> 5.15.0-126-generic: its driver is "
+                                            "declared now; you reboot the nodes into it")
+    assert not [item for item in summary.destructive if item.what.startswith("pool")]
+    text = "\n".join(summary_lines(summary))
+    assert "pool l40s-inference: bring-your-own, 4x NVIDIA-L40S, nodes 4, GPUs 16 shared x2" in text

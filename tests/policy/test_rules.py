@@ -679,3 +679,13 @@ def test_pack_layout_and_pins() -> None:
     lock = {line.split("==")[0]: line for line in (ROOT / "requirements.lock").read_text().splitlines() if "==" in line}
     pins = (ROOT / "policy" / "requirements.txt").read_text().split()
     assert pins == [lock["pulumi"], lock["pulumi-policy"]]
+
+
+def test_bring_your_own_pools_count_towards_the_capacity_quotas_are_checked_against(
+        shipped_plans: dict[str, Plan]) -> None:
+    # onprem provisions no pool: its 48 advertised GPUs (16 whole, 16 shared two ways) come from its components.
+    document = copy.deepcopy(shipped_plans["onprem"].document)
+    assert of(check_plan(document), "gpu-quota-within-capacity") == []
+    inputs(document, "tenant-interns-gpu-quota")["spec"]["hard"][labels.GPU_QUOTA_KEY] = "9"
+    [violation] = of(check_plan(document), "gpu-quota-within-capacity")
+    assert "add up to 49 GPUs" in violation.message and "advertise 48" in violation.message

@@ -980,3 +980,71 @@ def test_drivers_built_on_the_node_take_a_version() -> None:
 def test_a_driver_built_on_the_node_needs_a_version_of_its_branch() -> None:
     message = config_error(lambda v: (v["driver"].pop("version"), v["driver"].update(branch="590")))
     assert "driver.version: a driver built on the node is one version of branch '590'" in message
+
+
+# -- bring-your-own pools --------------------------------------------------------------------------------------
+
+
+def test_onprem_pools_are_bring_your_own_and_count_what_they_declare() -> None:
+    config = parse_stack_config(config_values("onprem"))
+    assert not config.aws_pools, "no pool is provisioned on AWS"
+    dgx, l40s = config.node_pools
+    assert (dgx.gpu_capacity, dgx.advertised_capacity) == (16, 16)
+    assert (l40s.gpu_capacity, l40s.advertised_capacity) == (16, 32)
+    assert config.declared_kernels == {KernelTarget("ubuntu22.04", "5.15.0-125-generic")}
+    assert (dgx.autoscaler_min, dgx.autoscaler_max) == (2, 2), "nothing scales nodes the stack does not own"
+
+
+@pytest.mark.parametrize("field, value", [
+    ("instanceType", "p4d.24xlarge"), ("image", "ami-0a6c2d1e5f3b7c9d1"), ("maxReplicas", 4), ("minReplicas", 1),
+    ("rootVolumeGib", 500), ("subnetId", "subnet-0a9b8c7d6e5f40312"), ("roll", {"drainTimeoutSeconds": 600}),
+    ("retired", True), ("availabilityZone", "us-east-1a"),
+])
+def test_a_bring_your_own_pool_refuses_what_only_provisioned_pools_have(field: str, value: Any) -> None:
+    assert config_error(lambda v: pool(v).update({field: value}), "onprem") == (
+        f"gpu-platform:nodePools[0]: {field}: a bringYourOwn pool's nodes are provisioned outside this stack, which "
+        "sets only its replicas (node count), os, kernel and timeSlicingReplicas; remove them")
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    (lambda v: pool(v)["bringYourOwn"].update(nodeSelector={}),
+     "gpu-platform:nodePools[0].bringYourOwn.nodeSelector: must list at least 1 item; add one"),
+    (lambda v: pool(v)["bringYourOwn"].pop("gpusPerNode"),
+     "gpu-platform:nodePools[0].bringYourOwn.gpusPerNode: is required"),
+    (lambda v: pool(v)["bringYourOwn"]["nodeSelector"].update({"bad key!": "x"}),
+     "gpu-platform:nodePools[0].bringYourOwn.nodeSelector"),
+    (lambda v: pool(v).pop("kernel"), "gpu-platform: nodePools: pool 'dgx-a100' needs os and kernel"),
+])
+def test_a_bring_your_own_pool_declares_its_nodes(mutate: Callable[[Values], Any], expected: str) -> None:
+    assert config_error(mutate, "onprem").startswith(expected)
+
+
+def test_a_pool_is_provisioned_or_bring_your_own() -> None:
+    assert config_error(lambda v: pool(v).pop("bringYourOwn"), "onprem") == (
+        "gpu-platform:nodePools[0]: instanceType and image required: the AWS instance type and image (AMI) of the "
+        "pool's machines, or bringYourOwn for nodes provisioned elsewhere")
+
+
+def test_bring_your_own_pools_are_kubernetes_only() -> None:
+    brought = config_values("onprem")["nodePools"][0]["bringYourOwn"]
+    message = config_error(lambda v: v["nodePools"].append({"name": "dgx", "replicas": 1, "bringYourOwn": brought}))
+    assert message == ("gpu-platform:nodePools[2].bringYourOwn: applies to Kubernetes clusters; OpenShift pools are "
+                       "MachineSets of this stack: remove it and set instanceType and image")
+
+
+def test_auto_scaling_group_placement_is_required_only_with_such_a_pool() -> None:
+    staging = config_values("staging")
+    assert config_error(lambda v: v["cluster"].pop("subnetIds"), "staging") == (
+        "gpu-platform:cluster: subnetIds required: pool 'l4-inference' is an Auto Scaling Group launched into them "
+        "(set them, or make every pool bringYourOwn)")
+    brought = config_values("onprem")["nodePools"]
+    staging["nodePools"] = brought
+    for key in ("subnetIds", "securityGroupIds", "instanceProfile", "nodeTerminationHandlerRole"):
+        staging["cluster"].pop(key)
+    assert not parse_stack_config(staging).aws_pools
+
+
+def test_a_drain_role_without_auto_scaling_group_pools_is_refused() -> None:
+    assert config_error(lambda v: v["cluster"].update(nodeTerminationHandlerRole="ops-node"), "onprem") == (
+        "gpu-platform:cluster.nodeTerminationHandlerRole: drains Auto Scaling Group nodes, and no pool is one; "
+        "remove it")

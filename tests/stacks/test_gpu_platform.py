@@ -197,7 +197,7 @@ def test_every_child_has_a_parent_in_the_plan(dev_plan: Plan) -> None:
     # The platform and the providers it is handed are the stack's own children.
     top = [r for r in dev_plan.resources if r["type"] == "gpu-platform:index:GpuPlatform"
            or r["type"].startswith("pulumi:providers:")]
-    assert len(top) == 3
+    assert sorted(r["type"] for r in top) == ["gpu-platform:index:GpuPlatform", "pulumi:providers:kubernetes"]
     for resource in dev_plan.resources:
         if resource not in top:
             assert resource["parent"] in dev_plan.by_urn, resource["urn"]
@@ -456,20 +456,44 @@ def provider_of(plan: Plan, resource: dict[str, Any]) -> dict[str, Any]:
     return plan.by_urn[resource["provider"].rsplit("::", 1)[0]]
 
 
-@pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_every_resource_uses_an_explicit_provider_built_from_the_stack_config(stack: str, dev_plan: Plan,
-                                                                               prod_plan: Plan) -> None:
-    plan = {"dev": dev_plan, "prod": prod_plan}[stack]
-    cluster = stack_config(stack)["gpu-platform:cluster"]
-    [aws_provider], [k8s_provider] = plan.of_type(AWS_PROVIDER), plan.of_type(K8S_PROVIDER)
+def test_every_resource_uses_an_explicit_provider_built_from_the_stack_config(prod_plan: Plan) -> None:
+    cluster = stack_config("prod")["gpu-platform:cluster"]
+    [aws_provider], [k8s_provider] = prod_plan.of_type(AWS_PROVIDER), prod_plan.of_type(K8S_PROVIDER)
     assert aws_provider["inputs"]["region"] == cluster["region"]
     assert k8s_provider["inputs"]["clusterIdentifier"] == cluster["name"]
-    for resource in plan.resources:
+    for resource in prod_plan.resources:
         if not resource["custom"] or resource["type"].startswith("pulumi:providers:"):
             continue
         package = resource["type"].split(":", 1)[0]
-        assert provider_of(plan, resource) is {"aws": aws_provider, "kubernetes": k8s_provider}[package], \
+        assert provider_of(prod_plan, resource) is {"aws": aws_provider, "kubernetes": k8s_provider}[package], \
             resource["name"]
+
+
+@pytest.mark.parametrize("stack", ["dev", "onprem"])
+def test_openshift_and_bring_your_own_stacks_register_nothing_of_aws(stack: str) -> None:
+    # MachineSets are Kubernetes objects and bring-your-own nodes are provisioned elsewhere: such a stack runs
+    # with no AWS provider, plugin or credentials.
+    plan = render_stack(stack)
+    assert not [r["type"] for r in plan.resources if r["type"].startswith(("aws:", AWS_PROVIDER))]
+    [k8s_provider] = plan.of_type(K8S_PROVIDER)
+    for resource in plan.resources:
+        if resource["custom"] and not resource["type"].startswith("pulumi:providers:"):
+            assert provider_of(plan, resource) is k8s_provider, resource["name"]
+
+
+def test_a_bring_your_own_pool_provisions_nothing_and_carries_its_capacity() -> None:
+    plan = render_stack("onprem")
+    pool = plan.named("pool-l40s-inference")
+    assert not [r for r in plan.resources if r["parent"] == pool["urn"]]
+    assert pool["inputs"]["bringYourOwn"] == {"nodes": 4, "gpusPerNode": 4, "advertisedGpusPerNode": 8,
+                                              "nodeSelector": {"example.com/gpu-pool": "l40s-inference"}}
+    # Its driver is declared for the kernel its nodes boot, and the pool waits for it.
+    [driver] = plan.kind("NVIDIADriver")
+    assert driver["spec"]["nodeSelector"][labels.KERNEL_LABEL] == "5.15.0-125-generic"
+    assert plan.depends_on(pool, "driver-ubuntu22-04-5-15-0-125-generic")
+    assert plan.outputs["pools"]["l40s-inference"]["roll"]["method"] == "bring-your-own"
+    # Shared: the device plugin has its pool's config, which the nodes select by label (checked live).
+    assert "l40s-inference" in plan.manifest("ConfigMap", "device-plugin-config", "gpu-operator")["data"]
 
 
 def test_aws_resources_are_tagged_with_cluster_and_stack(prod_plan: Plan) -> None:

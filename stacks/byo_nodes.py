@@ -1,0 +1,86 @@
+"""Bring-your-own pools, checked live: their nodes carry the GPU taint (and their sharing's config label), each
+belongs to one pool, and the pool has the nodes it declares."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kubernetes import client
+
+from components import labels
+from stacks.config import PROJECT, ConfigError, DiscoveryConfig, NodePoolConfig
+from stacks.discovery import ClusterRead, ask_cluster
+
+TAINT = f"{labels.GPU_TAINT['key']}:{labels.GPU_TAINT['effect']}"
+
+
+class ByoNodesError(ConfigError):
+    """A bring-your-own pool's nodes are not what the stack needs them to be; one line with the fix."""
+
+
+@dataclass(frozen=True)
+class LiveNode:
+    """What the check reads of a node: its name, labels and taints (as key:effect)."""
+
+    name: str
+    labels: dict[str, str]
+    taints: frozenset[str]
+
+
+def read_byo_nodes(discovery: DiscoveryConfig, pools: Sequence[NodePoolConfig]) -> dict[str, list[LiveNode]]:
+    """Each bring-your-own pool's nodes, selected by its labels, in one exchange bounded by `timeoutSeconds`."""
+
+    def request(api: client.ApiClient, timeout: float) -> dict[str, list[LiveNode]]:
+        core = client.CoreV1Api(api)
+        return {pool.name: [_live(node) for node in core.list_node(
+            label_selector=selector(pool), _request_timeout=timeout).items] for pool in pools}
+
+    nodes, _ = ask_cluster(discovery, request, ByoNodesError, ClusterRead(
+        answer="the bring-your-own pools' node lists ", doing="listing a bring-your-own pool's nodes",
+        rights="list nodes", grant="bind it a ClusterRole with get and list on nodes"))
+    return nodes
+
+
+def check_byo_nodes(pools: Sequence[NodePoolConfig], nodes: dict[str, list[LiveNode]]) -> list[str]:
+    """Refuse nodes the platform cannot fence or configure; return warnings for pools short of or over their count.
+
+    Without the GPU taint any pod could land on a GPU node and the tenants' quotas and priorities would not hold;
+    a shared pool's nodes select its device-plugin config by label, which only the node's owner can set.
+    """
+    owner: dict[str, str] = {}
+    warnings = []
+    for pool in pools:
+        found = nodes.get(pool.name, [])
+        for node in found:
+            if node.name in owner:
+                raise ByoNodesError(f"{PROJECT}:nodePools: node {node.name} is selected by pools {owner[node.name]!r} "
+                                    f"and {pool.name!r}; make their bringYourOwn.nodeSelector labels disjoint")
+            owner[node.name] = pool.name
+        untainted = sorted(node.name for node in found if TAINT not in node.taints)
+        if untainted:
+            raise ByoNodesError(
+                f"{PROJECT}:nodePools: pool {pool.name!r} nodes {', '.join(untainted)} lack the GPU taint {TAINT}, "
+                f"so any pod could run there; taint them: kubectl taint nodes {' '.join(untainted)} {TAINT}")
+        config = labels.DEVICE_PLUGIN_CONFIG_LABEL
+        if pool.time_slicing_replicas:
+            unlabelled = sorted(node.name for node in found if node.labels.get(config) != pool.name)
+            if unlabelled:
+                raise ByoNodesError(
+                    f"{PROJECT}:nodePools: pool {pool.name!r} shares GPUs (timeSlicingReplicas) but nodes "
+                    f"{', '.join(unlabelled)} do not select its device-plugin config; label them: kubectl label "
+                    f"nodes {' '.join(unlabelled)} --overwrite {config}={pool.name}")
+        if len(found) != pool.replicas:
+            warnings.append(f"pool {pool.name!r} declares {pool.replicas} nodes but {len(found)} match "
+                            f"{selector(pool)}; quotas and policies count {pool.replicas}")
+    return warnings
+
+
+def selector(pool: NodePoolConfig) -> str:
+    """The pool's node selector as a label selector."""
+    return ",".join(f"{key}={value}" for key, value in sorted(pool.bring_your_own.node_selector.items()))
+
+
+def _live(node: client.V1Node) -> LiveNode:
+    return LiveNode(node.metadata.name, dict(node.metadata.labels or {}),
+                    frozenset(f"{taint.key}:{taint.effect}" for taint in node.spec.taints or []))

@@ -1,0 +1,69 @@
+"""Bring-your-own pools' nodes, as the live check judges them (the read itself runs against the real API server
+in e2e/test_stacks.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from components import labels
+from stacks.byo_nodes import TAINT, ByoNodesError, LiveNode, check_byo_nodes, selector
+from stacks.config import parse_stack_config
+from tests.conftest import config_values
+
+POOLS = parse_stack_config(config_values("onprem")).node_pools  # dgx-a100 (2 nodes), l40s-inference (4, shared)
+
+
+def node(name: str, pool: str, *, tainted: bool = True, config: str | None = None) -> LiveNode:
+    node_labels = {"example.com/gpu-pool": pool}
+    if config:
+        node_labels[labels.DEVICE_PLUGIN_CONFIG_LABEL] = config
+    return LiveNode(name, node_labels, frozenset({TAINT} if tainted else {"other:NoExecute"}))
+
+
+def as_declared() -> dict[str, list[LiveNode]]:
+    return {"dgx-a100": [node(f"dgx-{i}", "dgx-a100") for i in range(2)],
+            "l40s-inference": [node(f"l40s-{i}", "l40s-inference", config="l40s-inference") for i in range(4)]}
+
+
+def test_nodes_as_declared_pass_without_warnings() -> None:
+    assert check_byo_nodes(POOLS, as_declared()) == []
+
+
+def test_an_untainted_node_is_refused_with_the_command_that_taints_it() -> None:
+    nodes = as_declared()
+    nodes["dgx-a100"][1] = node("dgx-1", "dgx-a100", tainted=False)
+    with pytest.raises(ByoNodesError) as refused:
+        check_byo_nodes(POOLS, nodes)
+    assert str(refused.value) == (
+        "gpu-platform:nodePools: pool 'dgx-a100' nodes dgx-1 lack the GPU taint nvidia.com/gpu:NoSchedule, so any "
+        "pod could run there; taint them: kubectl taint nodes dgx-1 nvidia.com/gpu:NoSchedule")
+
+
+def test_a_shared_pools_node_must_select_the_pools_device_plugin_config() -> None:
+    nodes = as_declared()
+    nodes["l40s-inference"][2] = node("l40s-2", "l40s-inference")
+    with pytest.raises(ByoNodesError, match=r"nodes l40s-2 do not select its device-plugin config; label them: "
+                                            r"kubectl label nodes l40s-2 --overwrite "
+                                            r"nvidia.com/device-plugin.config=l40s-inference$"):
+        check_byo_nodes(POOLS, nodes)
+
+
+def test_a_node_two_pools_select_is_refused() -> None:
+    nodes = as_declared()
+    nodes["l40s-inference"].append(nodes["dgx-a100"][0])
+    with pytest.raises(ByoNodesError, match="node dgx-0 is selected by pools 'dgx-a100' and 'l40s-inference'"):
+        check_byo_nodes(POOLS, nodes)
+
+
+def test_a_pool_with_fewer_or_more_nodes_than_declared_is_a_warning() -> None:
+    nodes = as_declared()
+    nodes["dgx-a100"].pop()
+    nodes["l40s-inference"].append(node("l40s-9", "l40s-inference", config="l40s-inference"))
+    assert check_byo_nodes(POOLS, nodes) == [
+        "pool 'dgx-a100' declares 2 nodes but 1 match example.com/gpu-pool=dgx-a100; quotas and policies count 2",
+        "pool 'l40s-inference' declares 4 nodes but 5 match example.com/gpu-pool=l40s-inference; quotas and "
+        "policies count 4"]
+
+
+def test_the_selector_is_the_pools_labels() -> None:
+    assert selector(POOLS[0]) == "example.com/gpu-pool=dgx-a100"
