@@ -17,6 +17,11 @@ from fleet.kernels import DriverRelease, KernelInventory, KernelTarget
 
 # How long the operator waits for GPU pods to leave a node (and for a drain) before it reloads the driver there.
 EVICTION_TIMEOUT_SECONDS = 300
+# The NVIDIADriver CRD refuses a change of these (x-kubernetes-validations `self == oldSelf`: "Please create a new
+# NvidiaDriver"), which pulumi-kubernetes would try in place: replace the object instead, deleting it first (the
+# new one has the same name), so toggling precompiled drivers deploys instead of failing at the API server.
+IMMUTABLE = pulumi.ResourceOptions(replace_on_changes=["spec.usePrecompiled", "spec.driverType"],
+                                   delete_before_replace=True)
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,7 @@ class DriverStack(pulumi.ComponentResource):
                         **kernel, labels.OS_ANNOTATION: target.os,
                         # Ready only once GPU nodes of this kernel run the driver: the operator's to report.
                         labels.SKIP_AWAIT: "true"}),
-                    spec=self._spec(target, args), opts=child)
+                    spec=self._spec(target, args), opts=pulumi.ResourceOptions.merge(child, IMMUTABLE))
             self.drivers[target] = resources[slug]
         self.register_outputs({"images": self.images})
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from e2e.conftest import Applied, object_key
-from e2e.kube import wait_for
+from e2e.kube import refusal, wait_for
 from e2e.stack import dependency_order
 from stacks.byo_nodes import ByoNodesError, check_byo_nodes, read_byo_nodes
 from stacks.config import DiscoveryConfig
@@ -114,3 +114,10 @@ def test_bring_your_own_nodes_are_checked_on_the_real_api_server(applied: Applie
             check_byo_nodes(pools, read_byo_nodes(discovery, pools))
     finally:
         nodes.patch(name=name, body={"spec": {"taints": taints}}, content_type=merge)
+
+
+def test_the_api_server_refuses_changing_a_drivers_immutable_fields_in_place(applied: Applied) -> None:
+    # Why the program replaces an NVIDIADriver whose usePrecompiled changes (components/driver.py IMMUTABLE).
+    [driver] = [obj for obj in applied.stack.objects() if obj["kind"] == "NVIDIADriver"][:1]
+    toggled = {**driver, "spec": {**driver["spec"], "usePrecompiled": not driver["spec"]["usePrecompiled"]}}
+    assert "usePrecompiled is an immutable field" in refusal(lambda: applied.admin.apply(toggled, dry_run=True))

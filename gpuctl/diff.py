@@ -15,6 +15,7 @@ from deepdiff.helper import NotPresent
 from components import labels
 from gpuctl.cli import OK, add_format_arguments, console, load_plan, observed_nodes, output_format_of
 from gpuctl.replacements import replace_reasons
+from gpuctl.runtime import with_engine_urns
 from stacks.config import ConfigError
 from fleet.catalog import NODE_OSES
 from fleet.kernels import KernelTarget, ObservedNode
@@ -207,7 +208,9 @@ def _key(urn: str) -> str:
 
 
 def diff_plans(old: dict[str, Any], new: dict[str, Any]) -> PlanDiff:
-    """Compare two plans of the same stack resource by resource (by URN)."""
+    """Compare two plans of the same stack resource by resource (by URN; a base rendered before gpuctl made the
+    engine's URNs is read with them)."""
+    old, new = with_engine_urns(old), with_engine_urns(new)
     old_by_urn = {resource["urn"]: resource for resource in old["resources"]}
     new_by_urn = {resource["urn"]: resource for resource in new["resources"]}
     old_by_key = {_key(urn): resource for urn, resource in old_by_urn.items()}

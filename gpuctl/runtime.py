@@ -41,6 +41,12 @@ class RecordingMonitor(mocks.MockMonitor):
         self.stack_urn = ""
         self.outputs: dict[str, Any] = {}
 
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        """The URN the engine gives (pkg/resource/deploy, generateURN): the parent's whole qualified type chain
+        before the type, none under the root stack; the SDK's mocks keep only the parent's own type, so URNs of
+        grandchildren would differ from `pulumi preview`'s and could not be passed to `pulumi up --target`."""
+        return engine_urn(pulumi.get_stack(), pulumi.get_project(), parent, type_, name)
+
     def RegisterResource(self, request):  # noqa: N802 (the gRPC method name)
         urn = self.make_urn(request.parent, request.type, request.name)
         if request.type == "pulumi:pulumi:Stack":
@@ -75,6 +81,49 @@ class RecordingMonitor(mocks.MockMonitor):
             _ensure_event_loop()
             self.outputs = plain(rpc.deserialize_properties(request.outputs, keep_unknowns=True))
         return empty_pb2.Empty()
+
+
+ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
+
+
+def engine_urn(stack: str, project: str, parent: str | None, type_: str, name: str) -> str:
+    """urn:pulumi:<stack>::<project>::<parent's qualified type>$<type>::<name>, as the engine makes it."""
+    if parent:
+        qualified = parent.split("::")[2]
+        if qualified != ROOT_STACK_TYPE:
+            type_ = f"{qualified}${type_}"
+    return f"urn:pulumi:{stack}::{project}::{type_}::{name}"
+
+
+def with_engine_urns(plan: dict[str, Any]) -> dict[str, Any]:
+    """A plan rendered before gpuctl made the engine's URNs (its top-level types start "pulumi:pulumi:Stack$"),
+    with its URNs, parents, dependencies and provider references rewritten the engine's way; others unchanged."""
+    records = plan["resources"]
+    if not any(record["urn"].split("::")[2].startswith(f"{ROOT_STACK_TYPE}$") for record in records):
+        return plan
+    by_urn = {record["urn"]: record for record in records}
+    renamed: dict[str, str] = {}
+
+    def rename(urn: str | None) -> str | None:
+        if urn is None or urn not in by_urn:
+            return urn
+        if urn not in renamed:
+            record = by_urn[urn]
+            stack, project = urn.split("::")[0].removeprefix("urn:pulumi:"), urn.split("::")[1]
+            renamed[urn] = engine_urn(stack, project, rename(record["parent"]) or record["parent"], record["type"],
+                                      record["name"])
+        return renamed[urn]
+
+    def provider(reference: str | None) -> str | None:
+        if not reference:
+            return reference
+        urn, _, resource_id = reference.rpartition("::")
+        return f"{rename(urn)}::{resource_id}"
+
+    return {**plan, "resources": [
+        {**record, "urn": rename(record["urn"]), "parent": rename(record["parent"]),
+         "dependencies": sorted(rename(urn) for urn in record["dependencies"]),
+         "provider": provider(record.get("provider"))} for record in records]}
 
 
 def _timeouts(request) -> dict[str, str]:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from components import labels
+from gpuctl.diff import diff_plans
 from tests.conftest import Plan, render_stack, stack_config
 
 KERNEL = "feature.node.kubernetes.io/kernel-version.full"
@@ -231,3 +232,16 @@ def test_driver_names_are_short_dns_labels(plan: Plan) -> None:
         name = driver["metadata"]["name"]
         assert name.startswith("nvidia-driver-")
         assert len(name) <= 63 and name == name.lower() and name.replace("-", "").isalnum(), name
+
+
+def test_toggling_precompiled_replaces_the_driver_rather_than_an_update_the_api_server_refuses() -> None:
+    # The NVIDIADriver CRD makes usePrecompiled and driverType immutable (e2e/test_stacks.py shows the API server's
+    # refusal): the program asks for a replace, deleting first since the new object has the same name.
+    base = render_stack("staging").document
+    config = stack_config("staging")
+    config["gpu-platform:driver"]["precompiled"] = False
+    new = render_stack("staging", config).document
+    [step] = [s for s in diff_plans(base, new).steps if s.resource["type"].endswith(":NVIDIADriver")]
+    assert step.op == "replace"
+    assert step.resource["options"]["deleteBeforeReplace"] is True
+    assert {"spec.usePrecompiled", "spec.driverType"} <= set(step.resource["options"]["replaceOnChanges"])

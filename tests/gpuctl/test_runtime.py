@@ -29,3 +29,47 @@ def test_each_run_registers_exactly_one_root_stack(stack_registrations) -> None:
 
         assert plan["outputs"] == {"value": value}
     assert stack_registrations == ["gpu-platform-unit"] * 3
+
+
+def test_urns_are_the_engines_whole_parent_type_chain(dev_plan) -> None:
+    # `pulumi up --target` takes these URNs: each names every ancestor's type, none for the root stack.
+    by_urn = {record["urn"]: record for record in dev_plan.resources}
+    [driver] = [r for r in dev_plan.resources if r["type"].endswith(":NVIDIADriver")]
+    assert driver["urn"] == ("urn:pulumi:dev::gpu-platform::gpu-platform:index:GpuPlatform$gpu-platform:index:"
+                             "DriverStack$kubernetes:nvidia.com/v1alpha1:NVIDIADriver::driver-rhcos4-18")
+    for record in dev_plan.resources:
+        chain, parent = [record["type"]], by_urn.get(record["parent"])
+        while parent is not None:
+            chain.insert(0, parent["type"])
+            parent = by_urn.get(parent["parent"])
+        assert record["urn"] == f"urn:pulumi:dev::gpu-platform::{'$'.join(chain)}::{record['name']}"
+
+
+def test_a_plan_with_the_mock_runtimes_urns_reads_as_the_same_resources(dev_plan) -> None:
+    # A base rendered before gpuctl made the engine's URNs: only the last parent type, and the root stack's.
+    def mock_urn(record: dict) -> str:
+        parent = record["parent"].split("::")[2].split("$")[-1] if record["parent"] else None
+        kind = f"{parent}${record['type']}" if parent else record["type"]
+        return f"urn:pulumi:dev::gpu-platform::{kind}::{record['name']}"
+
+    stack_urn = "urn:pulumi:dev::gpu-platform::pulumi:pulumi:Stack::gpu-platform-dev"
+    by_urn = {record["urn"]: record for record in dev_plan.resources}
+    old_urns = {}
+
+    def old(urn: str | None) -> str | None:
+        if urn is None or urn not in by_urn:
+            return urn
+        record = by_urn[urn]
+        old_urns.setdefault(urn, mock_urn({**record, "parent": old(record["parent"])}))
+        return old_urns[urn]
+
+    def old_provider(reference: str | None) -> str | None:
+        return reference and "::".join([old(reference.rpartition("::")[0]), reference.rpartition("::")[2]])
+
+    old_plan = {**dev_plan.document, "resources": [
+        {**r, "urn": old(r["urn"]), "parent": old(r["parent"]), "dependencies": [old(d) for d in r["dependencies"]],
+         "provider": old_provider(r["provider"])} for r in dev_plan.resources]}
+    assert all(r["parent"] == stack_urn or r["parent"] in old_urns.values() for r in old_plan["resources"])
+    # The platform (under the root stack) and every grandchild of it are named differently in the old form.
+    assert sum(r["urn"] not in by_urn for r in old_plan["resources"]) > len(by_urn) / 2
+    assert runtime.with_engine_urns(old_plan)["resources"] == dev_plan.resources
