@@ -745,6 +745,7 @@ class StackConfig(StrictModel):
                 raise _field_error(("tenants", index, "name"), (
                     f"{tenant.name!r} is a monitoring namespace (cluster.monitoringNamespaces: its Prometheus may "
                     "scrape every tenant); choose another team name"))
+        self._check_networks_carry_traffic()
         self._check_network_isolation()
         self.driver.check_for(self.driver_release.precompiled)
         if self.images.nfd and "@" in self.images.nfd:
@@ -779,6 +780,18 @@ class StackConfig(StrictModel):
         if self.cluster.flavor != "kubernetes":
             return ()
         return tuple(pool for pool in self.node_pools if pool.bring_your_own is None)
+
+    def _check_networks_carry_traffic(self) -> None:
+        """Tenant networks only where their frames reach the wire: AWS drops the extra MAC addresses macvlan gives
+        pods and exposes no SR-IOV functions, so a Multus network there attaches and carries nothing."""
+        on_aws = [pool.name for pool in self.node_pools if pool.bring_your_own is None]
+        for index, tenant in enumerate(self.tenants):
+            if tenant.networks and on_aws:
+                raise _field_error(("tenants", index, "networks"), (
+                    f"{tenant.networks[0].type} network {tenant.networks[0].name!r} would carry no traffic: pools "
+                    f"{', '.join(on_aws)} run on AWS, whose network drops the extra MAC addresses macvlan gives pods "
+                    "and has no SR-IOV functions to hand out; use EFA for collectives on AWS (a Kubernetes pool's "
+                    "fabric: efa), and tenant networks on a stack whose pools are all bringYourOwn"))
 
     def _check_network_isolation(self) -> None:
         """No two tenants share a layer-2 segment (a macvlan host interface, or SR-IOV VFs of one resource on one

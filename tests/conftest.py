@@ -98,6 +98,12 @@ def dev_plan() -> Plan:
 
 
 @pytest.fixture(scope="session")
+def onprem_plan() -> Plan:
+    """The shipped onprem stack (bring-your-own pools, tenant networks), rendered once: read it, never mutate it."""
+    return render_stack("onprem")
+
+
+@pytest.fixture(scope="session")
 def prod_plan() -> Plan:
     """The shipped prod stack, rendered once for the whole session: read it, never mutate it."""
     return render_stack("prod")

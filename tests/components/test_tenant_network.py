@@ -41,34 +41,34 @@ def networked(annotation: str) -> dict[str, Any]:
             "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
 
 
-def test_network_attachment_in_the_tenant_namespace(dev_plan: Plan) -> None:
-    nad = dev_plan.manifest("NetworkAttachmentDefinition", "collective", "vision")
+def test_network_attachment_in_the_tenant_namespace(onprem_plan: Plan) -> None:
+    nad = onprem_plan.manifest("NetworkAttachmentDefinition", "collective", "vision")
     assert json.loads(nad["spec"]["config"]) == {
-        "cniVersion": "0.3.1", "name": "collective", "type": "macvlan", "master": "ens6", "mode": "bridge",
+        "cniVersion": "0.3.1", "name": "collective", "type": "macvlan", "master": "ens6f1", "mode": "bridge",
         "ipam": {"type": "whereabouts", "range": "10.20.0.0/24"}}
-    resource = dev_plan.object("NetworkAttachmentDefinition", "collective", "vision")
-    assert dev_plan.depends_on(resource, "tenant-vision-namespace")
+    resource = onprem_plan.object("NetworkAttachmentDefinition", "collective", "vision")
+    assert onprem_plan.depends_on(resource, "tenant-vision-namespace")
 
 
 def test_sriov_network_names_its_device_resource() -> None:
-    config = stack_config("dev")
-    config["gpu-platform:tenants"][1]["networks"] = [{
+    config = stack_config("onprem")
+    config["gpu-platform:tenants"][2]["networks"] = [{
         "name": "rdma", "type": "sriov", "resourceName": "openshift.io/mlxnics", "vlan": 100,
         "ipam": {"type": "host-local", "range": "10.30.0.0/24", "gateway": "10.30.0.1"}}]
-    nad = render_stack("dev", config).manifest("NetworkAttachmentDefinition", "rdma", "nlp-research")
+    nad = render_stack("onprem", config).manifest("NetworkAttachmentDefinition", "rdma", "nlp-research")
     assert nad["metadata"]["annotations"] == {"k8s.v1.cni.cncf.io/resourceName": "openshift.io/mlxnics"}
     assert json.loads(nad["spec"]["config"]) == {
         "cniVersion": "0.3.1", "name": "rdma", "type": "sriov", "vlan": 100,
         "ipam": {"type": "host-local", "subnet": "10.30.0.0/24", "gateway": "10.30.0.1"}}
 
 
-def test_network_fence_is_bound_to_tenant_namespaces(dev_plan: Plan) -> None:
-    binding = dev_plan.manifest("ValidatingAdmissionPolicyBinding", tenant_network.POLICY_NAME)
+def test_network_fence_is_bound_to_tenant_namespaces(onprem_plan: Plan) -> None:
+    binding = onprem_plan.manifest("ValidatingAdmissionPolicyBinding", tenant_network.POLICY_NAME)
     assert binding["spec"]["validationActions"] == ["Deny"]
     assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"] == [
         {"key": labels.TENANT_LABEL, "operator": "Exists"}]
-    nad = dev_plan.object("NetworkAttachmentDefinition", "collective", "vision")
-    assert dev_plan.depends_on(nad, "tenant-network-admission-binding")
+    nad = onprem_plan.object("NetworkAttachmentDefinition", "collective", "vision")
+    assert onprem_plan.depends_on(nad, "tenant-network-admission-binding")
 
 
 @pytest.mark.parametrize("annotation", [
@@ -102,14 +102,9 @@ def test_readme_job_passes_both_admission_policies() -> None:
     [job] = readme_jobs()
     pod = job_pod(job)
     assert admit(pod) == []
-    assert pod["metadata"]["annotations"][tenant_network.NETWORKS_ANNOTATION] == "collective@net1"
     resources = pod["spec"]["containers"][0]["resources"]
     assert resources["requests"] == resources["limits"]  # guaranteed: whole cores from the static CPU manager
     assert resources["limits"]["hugepages-1Gi"] == "16Gi"
-    # the same pod reaching for another tenant's network is refused
-    stolen = copy.deepcopy(pod)
-    stolen["metadata"]["annotations"][tenant_network.NETWORKS_ANNOTATION] = "nlp-research/collective"
-    assert len(admit(stolen)) == 1
 
 
 def test_readme_job_passes_the_policy_pack(dev_plan: Plan) -> None:
@@ -125,12 +120,32 @@ def test_readme_job_passes_the_policy_pack(dev_plan: Plan) -> None:
     assert config["profile"]["hugepages"]["1Gi"] >= 16
 
 
+def test_network_variant_passes_admission_and_the_pack_and_another_tenants_network_does_not(
+        onprem_plan: Plan) -> None:
+    [job] = readme_jobs()
+    job = copy.deepcopy(job)
+    template = job["spec"]["template"]
+    template["metadata"] = {"annotations": {tenant_network.NETWORKS_ANNOTATION: "collective@net1"}}
+    template["spec"]["nodeSelector"] = {"example.com/gpu-pool": "dgx-a100"}
+    for section in ("requests", "limits"):
+        del template["spec"]["containers"][0]["resources"][section]["hugepages-1Gi"]
+    del template["spec"]["volumes"], template["spec"]["containers"][0]["volumeMounts"]
+    assert admit(job_pod(job)) == []
+    doc = copy.deepcopy(onprem_plan.document)
+    doc["resources"].append({"urn": "urn:pulumi:onprem::gpu-platform::kubernetes:batch/v1:Job::resnet-train",
+                             "type": "kubernetes:batch/v1:Job", "name": "resnet-train", "custom": True,
+                             "parent": None, "dependencies": [], "inputs": job, "options": {}})
+    assert check_plan(doc) == []
+    # the same pod reaching for another tenant's network is refused
+    template["metadata"]["annotations"][tenant_network.NETWORKS_ANNOTATION] = "nlp-research/collective"
+    assert len(admit(job_pod(job))) == 1
+
+
 def test_efa_variant_passes_admission_and_the_pack(prod_plan: Plan) -> None:
     [job] = readme_jobs()
     job = copy.deepcopy(job)
     job["metadata"]["namespace"] = "llm-training"
     template = job["spec"]["template"]
-    del template["metadata"]["annotations"]
     template["spec"]["nodeSelector"] = {labels.POOL_LABEL: "h100-training"}
     for section in ("requests", "limits"):
         template["spec"]["containers"][0]["resources"][section]["vpc.amazonaws.com/efa"] = "16"

@@ -139,8 +139,8 @@ def test_control_characters_from_the_input_stay_escaped_on_the_one_error_line(tm
 
 
 def test_overlapping_tenant_networks_are_refused_in_one_line(tmp_path) -> None:
-    stack = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
-    stack["config"]["gpu-platform:tenants"][1]["networks"] = [
+    stack = yaml.safe_load((ROOT / "Pulumi.onprem.yaml").read_text())
+    stack["config"]["gpu-platform:tenants"][2]["networks"] = [
         {"name": "wire", "type": "macvlan", "master": "ens7", "ipam": {"range": "10.20.0.0/16"}}]
     path = tmp_path / "Pulumi.shared.yaml"
     path.write_text(yaml.safe_dump(stack))

@@ -686,6 +686,6 @@ def test_bring_your_own_pools_count_towards_the_capacity_quotas_are_checked_agai
     # onprem provisions no pool: its 48 advertised GPUs (16 whole, 16 shared two ways) come from its components.
     document = copy.deepcopy(shipped_plans["onprem"].document)
     assert of(check_plan(document), "gpu-quota-within-capacity") == []
-    inputs(document, "tenant-interns-gpu-quota")["spec"]["hard"][labels.GPU_QUOTA_KEY] = "9"
+    inputs(document, "tenant-nlp-research-gpu-quota")["spec"]["hard"][labels.GPU_QUOTA_KEY] = "9"
     [violation] = of(check_plan(document), "gpu-quota-within-capacity")
     assert "add up to 49 GPUs" in violation.message and "advertise 48" in violation.message

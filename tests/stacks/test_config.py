@@ -346,7 +346,7 @@ def test_absurd_counts_are_rejected(path: tuple, field: str, limit: int, huge: i
     ("prod", ("driver", "maxParallelUpgrades")),
     ("dev", ("devicePlugin", "timeSlicingReplicas")),
     ("dev", ("nodePools", 1, "profile", "hugepages", "1Gi")),
-    ("dev", ("tenants", 0, "networks", 0, "vlan")),
+    ("onprem", ("tenants", 0, "networks", 0, "vlan")),
 ])
 def test_counts_take_whole_numbers_only(stack: str, path: tuple, value: Any) -> None:
     """YAML's `true` is no count of 1, nor 1.5 one of 1; each is refused at its field."""
@@ -800,7 +800,7 @@ def test_tuned_pool_parses_into_its_classes() -> None:
     config = parse_stack_config(config_values("dev"))
     tuned = config.node_pools[1].profile
     assert tuned.reserved == {0, 1, 48, 49} and tuned.hugepages_mib == 64 * 1024
-    assert config.tenants[0].networks[0].name == "collective"
+    assert parse_stack_config(config_values("onprem")).tenants[0].networks[0].name == "collective"
     assert parse_stack_config(config_values("prod")).node_pools[2].fabric == "efa"
 
 
@@ -824,8 +824,22 @@ def test_efa_mistakes(mutate: Callable[[Values], Any], expected: str) -> None:
     ({"name": "n", "type": "ipvlan", "master": "ens6", "ipam": {"range": "10.0.0.0/24"}}, "networks[0].type"),
 ])
 def test_tenant_network_mistakes(network: Values, expected: str) -> None:
-    message = config_error(lambda v: v["tenants"][1].update(networks=[network]))
+    message = config_error(lambda v: v["tenants"][1].update(networks=[network]), "onprem")
     assert "tenants[1].networks[0]" in message and expected in message
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_tenant_networks_are_refused_where_pools_run_on_aws(stack: str) -> None:
+    network = config_values("onprem")["tenants"][0]["networks"]
+    assert config_error(lambda v: v["tenants"][0].update(networks=network), stack).startswith(
+        "gpu-platform:tenants[0].networks: macvlan network 'collective' would carry no traffic: pools ")
+    # A stack that mixes AWS and bring-your-own pools is refused too: pods may land on either.
+    mixed = config_values("onprem")
+    mixed["nodePools"].append(config_values("prod")["nodePools"][0])
+    mixed["cluster"].update({key: value for key, value in config_values("prod")["cluster"].items()
+                             if key in ("subnetIds", "securityGroupIds", "instanceProfile")})
+    with pytest.raises(ConfigError, match="pools l4-inference run on AWS"):
+        parse_stack_config(mixed)
 
 
 def _wire(values: Values, tenant: int, **network: Any) -> None:
@@ -835,25 +849,25 @@ def _wire(values: Values, tenant: int, **network: Any) -> None:
 
 
 @pytest.mark.parametrize(("mutate", "expected"), [
-    (lambda v: _wire(v, 1, type="macvlan", master="ens6"),
-     "networks vision/collective and nlp-research/net0 share host interface ens6, one layer-2 segment"),
+    (lambda v: _wire(v, 2, type="macvlan", master="ens6f1"),
+     "networks vision/collective and nlp-research/net0 share host interface ens6f1, one layer-2 segment"),
     (lambda v: (_wire(v, 0, type="sriov", resourceName="openshift.io/mlx", vlan=7),
-                _wire(v, 1, type="sriov", resourceName="openshift.io/mlx", vlan=7)),
+                _wire(v, 2, type="sriov", resourceName="openshift.io/mlx", vlan=7)),
      "share SR-IOV resource openshift.io/mlx on VLAN 7"),
-    (lambda v: _wire(v, 1, type="macvlan", master="ens7", ipam={"range": "10.20.0.128/25"}),
+    (lambda v: _wire(v, 2, type="macvlan", master="ens7", ipam={"range": "10.20.0.128/25"}),
      "networks vision/collective and nlp-research/net0 overlap (10.20.0.0/24, 10.20.0.128/25)"),
 ])
 def test_two_tenants_never_share_a_network(mutate: Callable[[Values], Any], expected: str) -> None:
     """NetworkPolicies do not apply to Multus networks: tenants are apart only on separate wires and ranges."""
-    assert expected in config_error(mutate)
+    assert expected in config_error(mutate, "onprem")
 
 
 def test_one_tenant_may_use_one_interface_twice_and_vlans_separate_tenants() -> None:
-    values = config_values("dev")
-    _wire(values, 0, type="macvlan", master="ens6")
+    values = config_values("onprem")
+    _wire(values, 0, type="macvlan", master="ens6f1")
     _wire(values, 0, type="sriov", resourceName="openshift.io/mlx", vlan=7, ipam={"range": "10.98.0.0/24"})
-    _wire(values, 1, type="sriov", resourceName="openshift.io/mlx", vlan=8, ipam={"range": "10.97.0.0/24"})
-    assert len(parse_stack_config(values).tenants[1].networks) == 1
+    _wire(values, 2, type="sriov", resourceName="openshift.io/mlx", vlan=8, ipam={"range": "10.97.0.0/24"})
+    assert len(parse_stack_config(values).tenants[2].networks) == 1
 
 
 # -- how pools roll, and retiring them -------------------------------------------------------------------------------
