@@ -131,7 +131,9 @@ def _api_client(discovery: DiscoveryConfig) -> client.ApiClient:
     if discovery.context:
         where += f" (context {discovery.context})"
     if discovery.kubeconfig and not Path(discovery.kubeconfig).expanduser().is_file():
-        raise DiscoveryError(f"{where} does not exist; set {_KUBECONFIG_KEY} to the path of a kubeconfig file")
+        # A named pipe or a device is refused too, before anything reads it.
+        problem = "is not a regular file" if Path(discovery.kubeconfig).expanduser().exists() else "does not exist"
+        raise DiscoveryError(f"{where} {problem}; set {_KUBECONFIG_KEY} to the path of a kubeconfig file")
     configuration = client.Configuration()
     configuration.retries = False  # one attempt, so timeoutSeconds bounds the whole read
     try:

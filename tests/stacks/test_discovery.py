@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -279,3 +280,11 @@ def test_the_crd_check_and_the_node_read_share_one_deadline(api: StandInApi, tmp
 
     assert time.monotonic() - started < 5
     assert [urlsplit(path).path for path, _ in api.requests][-1] == "/api/v1/nodes"
+
+
+def test_a_named_pipe_as_kubeconfig_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    pipe = tmp_path / "kubeconfig"
+    os.mkfifo(pipe)
+
+    with pytest.raises(DiscoveryError, match="is not a regular file; set gpu-platform:cluster.kubeconfig"):
+        read_live_nodes(discovery(pipe, timeout_seconds=0.5))
