@@ -63,14 +63,20 @@ class NodeOs:
 
 
 _UBUNTU_KERNEL = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-(aws|generic|nvidia)")
-_EL9_KERNEL = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+-[0-9]+(\.[0-9]+)*\.el9(_[0-9]+)?\.(x86_64|aarch64)")
+
+
+def _el9_kernel(minor: int) -> re.Pattern[str]:
+    """Kernels of a RHEL 9 minor release: RHCOS of each OpenShift release is built on one (4.18 on RHEL 9.4, 4.19 and
+    4.20 on RHEL 9.6, as Red Hat's RHCOS release notes list them), and its kernels carry that minor as el9_<minor>."""
+    return re.compile(rf"[0-9]+\.[0-9]+\.[0-9]+-[0-9]+(\.[0-9]+)*\.el9_{minor}\.(x86_64|aarch64)")
+
 
 NODE_OSES: dict[str, NodeOs] = {
     "ubuntu22.04": NodeOs("ubuntu22.04", "ubuntu", "22.04", _UBUNTU_KERNEL, "6.8.0-1021-aws", False),
     "ubuntu24.04": NodeOs("ubuntu24.04", "ubuntu", "24.04", _UBUNTU_KERNEL, "6.8.0-1021-aws", False),
-    "rhcos4.18": NodeOs("rhcos4.18", "rhcos", "4.18", _EL9_KERNEL, "5.14.0-427.65.1.el9_4.x86_64", True),
-    "rhcos4.19": NodeOs("rhcos4.19", "rhcos", "4.19", _EL9_KERNEL, "5.14.0-570.28.1.el9_6.x86_64", True),
-    "rhcos4.20": NodeOs("rhcos4.20", "rhcos", "4.20", _EL9_KERNEL, "5.14.0-570.49.1.el9_6.x86_64", True),
+    "rhcos4.18": NodeOs("rhcos4.18", "rhcos", "4.18", _el9_kernel(4), "5.14.0-427.65.1.el9_4.x86_64", True),
+    "rhcos4.19": NodeOs("rhcos4.19", "rhcos", "4.19", _el9_kernel(6), "5.14.0-570.28.1.el9_6.x86_64", True),
+    "rhcos4.20": NodeOs("rhcos4.20", "rhcos", "4.20", _el9_kernel(6), "5.14.0-570.49.1.el9_6.x86_64", True),
 }
 KUBERNETES_OSES = tuple(name for name, node_os in NODE_OSES.items() if not node_os.openshift)
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import gc
 import os
-import signal
 import sys
+from collections.abc import Callable
+from typing import Any, TextIO
 
-from gpuctl import __version__, check, diff, preview, render
-from gpuctl.cli import BAD_INPUT, Parser, add_epilogs
+from gpuctl import __version__, check, diff, interrupts, preview, render
+from gpuctl.cli import BAD_INPUT, Parser, add_epilogs, refuse_another_checkout
 from stacks.config import ConfigError
 
 COMMANDS = [render, check, diff, preview]
@@ -21,29 +22,33 @@ def main(argv: list[str] | None = None) -> int:
     for command in COMMANDS:
         command.register(commands)
     add_epilogs(commands)
-    # SIGTERM unwinds like Ctrl-C, so every temporary folder is removed on the way out. Code that
-    # the signal lands in may turn the exit into an error of its own (the SDK's runtime does), so the exit code
-    # comes from the signal, whatever the unwinding produced.
-    terminated: list[int] = []
-
-    def terminate(signum: int, frame: object) -> None:
-        terminated.append(signum)
-        sys.exit(128 + signum)
-
-    signal.signal(signal.SIGTERM, terminate)
+    interrupts.install()
     try:
-        args = parser.parse_args(argv)
-        code = args.run(args)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as done:  # --help and --version print, then exit
+            code = done.code if isinstance(done.code, int) else 0
+        else:
+            refuse_another_checkout()
+            code = args.run(args)
+        sys.stdout.flush()  # an output that cannot take the report fails here, not after a success code
     except ConfigError as error:
         print(f"error: {printable(str(error))}", file=sys.stderr)
         code = BAD_INPUT
-    except KeyboardInterrupt:
-        print("error: interrupted; nothing was changed", file=sys.stderr)
-        code = 128 + signal.SIGINT
-    except Exception:
-        if not terminated:
+    except OutputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        code = BAD_INPUT
+    except (RecursionError, MemoryError):
+        if interrupts.received() is None:
+            print("error: an input is nested too deeply or too large to read; write it with fewer levels or less "
+                  "data", file=sys.stderr)
+        code = BAD_INPUT
+    except BaseException:
+        if interrupts.received() is None:
             raise
-    return 128 + terminated[0] if terminated else code
+    finally:
+        interrupts.settle()
+    return interrupts.exit_code() if interrupts.received() is not None else code
 
 
 def printable(message: str) -> str:
@@ -62,17 +67,70 @@ def one_shot_collector() -> None:
     gc.disable()
 
 
+class OutputError(Exception):
+    """Standard output cannot take what gpuctl writes (closed, or its disk is full)."""
+
+
+class _Stdout:
+    """sys.stdout, whose failures other than a closed pipe become one OutputError line instead of a traceback."""
+
+    def __init__(self, stream: TextIO | None) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._guard(lambda stream: stream.write(text))
+
+    def flush(self) -> None:
+        self._guard(lambda stream: stream.flush())
+
+    def _guard(self, use: Callable[[TextIO], Any]) -> Any:
+        if self._stream is None:
+            raise OutputError("standard output is closed; run gpuctl with its output open (a file or a pipe)")
+        try:
+            return use(self._stream)
+        except BrokenPipeError:
+            raise
+        except OSError as error:
+            raise OutputError(f"standard output: {error.strerror or 'cannot be written'}; free space where it goes "
+                              "or send it elsewhere (nothing was written)") from None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._stream is None:
+            raise AttributeError(name)
+        return getattr(self._stream, name)
+
+
+def guard_stdout() -> None:
+    """Route sys.stdout through _Stdout; a closed descriptor 1 is held by /dev/null so no file opened later takes
+    it (what gpuctl prints must never land in a file it writes)."""
+    stream = sys.stdout
+    if stream is None:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    sys.stdout = _Stdout(stream)  # type: ignore[assignment]
+
+
 def run() -> None:
     """The `gpuctl` console command (and `python -m gpuctl`)."""
     one_shot_collector()
+    guard_stdout()
     try:
         code = main()
-        sys.stdout.flush()
     except BrokenPipeError:
         # The reader went away (`gpuctl diff ... | head`): stop quietly, as other command-line tools do.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
         code = 141  # 128 + SIGPIPE, what a shell reports for such a pipe
-    sys.exit(code)
+    # Everything is said: threads the run abandoned (a stalled registry or cluster read, a runtime interrupted
+    # mid-wait) must not hold the exit, so the process ends here rather than waiting for them.
+    _flush_quietly()
+    os._exit(code)
+
+
+def _flush_quietly() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, OutputError, ValueError):
+            pass
 
 
 if __name__ == "__main__":

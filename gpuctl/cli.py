@@ -14,6 +14,7 @@ import pydantic
 from pydantic import SecretStr
 from rich.console import Console
 
+from gpuctl.inputs import read_input
 from gpuctl.stackfile import StackFile, load_stack_file, stack_file_path
 from stacks.config import PROJECT, ConfigError, docker_config_json
 from fleet.kernels import ObservedNode
@@ -24,6 +25,7 @@ OK, VIOLATION, BAD_INPUT = 0, 1, 2
 # Offline, the registry pull secret comes from a file or this variable, never from the stack file's ciphertext.
 PULL_SECRET_ENV = "GPU_PLATFORM_REGISTRY_PULL_SECRET"
 PULL_SECRET_KEY = f"{PROJECT}:registryPullSecret"
+MAX_PULL_SECRET_BYTES = 1 << 20  # a .dockerconfigjson for a handful of registries is a few hundred bytes
 
 
 class Parser(argparse.ArgumentParser):
@@ -114,6 +116,15 @@ def project_root(start: Path | None = None) -> Path:
     return ROOT
 
 
+def refuse_another_checkout(start: Path | None = None) -> None:
+    """gpuctl reads stack files and git history from the checkout it is run in, so it must run that checkout's code
+    too: a gpuctl installed from one clone and run in another refuses, naming both."""
+    checkout = project_root(start)
+    if checkout != ROOT:
+        raise ConfigError(f"this checkout is {checkout}, but this gpuctl runs the code of {ROOT}; run the checkout's "
+                          f"own: cd {checkout} && make setup && .venv/bin/gpuctl ...")
+
+
 def stack_file(args: argparse.Namespace, root: Path | None = None) -> StackFile:
     if getattr(args, "config_file", None):
         loaded = load_stack_file(Path(args.config_file), args.stack, config_file=True)
@@ -129,12 +140,7 @@ def with_pull_secret(stack: StackFile, path: str | None) -> StackFile:
     """
     if path:
         where, fix = f"--registry-pull-secret-file {path}", "pass the registry's .dockerconfigjson file"
-        try:
-            value = Path(path).read_text(encoding="utf-8")
-        except OSError as error:
-            raise ConfigError(f"{where}: {error.strerror or 'cannot be read'}; {fix}") from None
-        except UnicodeDecodeError:
-            raise ConfigError(f"{where}: cannot be read as UTF-8 text; {fix}") from None
+        value = read_input(Path(path), where, fix, limit=MAX_PULL_SECRET_BYTES)
         if not value.strip():  # an explicit file that holds nothing must not deploy without a pull secret
             raise ConfigError(f"{where}: is empty; {fix}")
         try:
@@ -177,16 +183,11 @@ def read_json(path: Path, fix: str, label: str | None = None) -> Any:
             raise ConfigError(f"{where}: the number {text[:20]} is out of range; {fix}")
         return value
 
+    text = read_input(path, where, fix)
     try:
-        return json.loads(path.read_text(encoding="utf-8"), parse_constant=constant, parse_float=number)
-    except FileNotFoundError:
-        raise ConfigError(f"{where}: no such file; {fix}") from None
-    except OSError as error:
-        raise ConfigError(f"{where}: {error.strerror}; {fix}") from None
+        return json.loads(text, parse_constant=constant, parse_float=number)
     except json.JSONDecodeError as error:
         raise ConfigError(f"{where}: not JSON ({error.msg} at line {error.lineno}); {fix}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{where}: not UTF-8 text; {fix}") from None
     except RecursionError:
         raise ConfigError(f"{where}: nested too deeply to read; {fix}") from None
 

@@ -96,11 +96,10 @@ def preflight_images(plan: dict[str, Any], offline: bool) -> tuple[str, dict[str
         check_driver_images(images)
     except RegistryUnreachable as error:
         return f"not verified: {error}", dict.fromkeys(distinct, summary.NOT_VERIFIED), None
-    except PreflightError as error:  # the message names every missing image as "<image> for kernel ..."
-        named = {image for image in distinct if f"{image} for " in str(error)}
-        return (f"failed: {error}", {image: summary.MISSING if image in named else
-                                     summary.VERIFIED if named else summary.NOT_VERIFIED for image in distinct},
-                error)
+    except PreflightError as error:  # names the missing images, and those a registry outage left unverified
+        return (f"failed: {error}", {image: summary.MISSING if image in error.missing else summary.NOT_VERIFIED
+                                     if image in error.unverified or not error.missing else summary.VERIFIED
+                                     for image in distinct}, error)
     return f"passed ({len(distinct)} driver images found)", dict.fromkeys(distinct, summary.VERIFIED), None
 
 

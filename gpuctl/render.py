@@ -14,8 +14,10 @@ import yaml
 
 import argparse
 import sys
+from collections.abc import Callable
 
-from gpuctl import schemas
+from gpuctl import interrupts, schemas
+from gpuctl.inputs import read_input
 from gpuctl.cli import OK, VIOLATION, add_stack_arguments, observed_nodes, stack_file
 from gpuctl.runtime import run_program
 from gpuctl.stackfile import StackFile
@@ -102,8 +104,8 @@ def check_out(out: Path) -> Path:
             raise ConfigError(f"--out {out}: holds files that no render wrote, refusing to replace them; {fix}")
         foreign = _not_rendered(target)
         if foreign is not None:
-            raise ConfigError(f"--out {out}: holds {foreign}, which no render wrote, refusing to replace it; move it "
-                              f"out, or {fix}")
+            held, move = foreign
+            raise ConfigError(f"--out {out}: holds {held}, refusing to replace it; {move}, or {fix}")
     parent = next((folder for folder in target.parents if folder.exists()), None)
     writable = parent is not None and os.access(parent, os.W_OK | os.X_OK)
     if not writable or (target.is_dir() and not os.access(target, os.W_OK)):
@@ -112,24 +114,29 @@ def check_out(out: Path) -> Path:
 
 
 MARKER_HEAD = "written by gpuctl render; the folder is replaced as a whole; it wrote these files:"
+_WRITTEN = re.compile(r"plan\.json|manifests/[^/]+\.yaml")
 
 
-def _not_rendered(render: Path) -> str | None:
-    """The first file or folder in an earlier render that the render did not write, if any.
+def _not_rendered(render: Path) -> tuple[str, str] | None:
+    """What in an earlier render no render wrote, and how to clear it; None when the folder may be replaced.
 
-    The marker lists what the render wrote; the marker of an older gpuctl, without the list, vouches for
-    plan.json and manifests/*.yaml only.
+    The marker must list what the render wrote, and nothing else may be in the folder. A marker without the list
+    (empty, or of an older gpuctl) vouches for nothing: a user's file may sit beside what that render wrote.
     """
-    lines = (render / MARKER).read_text(errors="replace").splitlines()
-    listed = set(lines[1:]) if lines[:1] == [MARKER_HEAD] else None
+    try:
+        lines = read_input(render / MARKER, str(render / MARKER), "").splitlines()
+    except ConfigError:
+        lines = []
+    listed = set(lines[1:])
+    if lines[:1] != [MARKER_HEAD] or not all(_WRITTEN.fullmatch(name) for name in listed):
+        return (f"a {MARKER} marker that does not list the files a render wrote (empty, or of an older gpuctl)",
+                "move out what you keep and delete the folder")
     for path in sorted(render.rglob("*")):
         name = path.relative_to(render).as_posix()
-        if name in (MARKER, "manifests") and not path.is_symlink():
+        if name in (MARKER, "manifests") and not path.is_symlink() and (name == MARKER) == path.is_file():
             continue
-        written = name in listed if listed is not None else (
-            name == "plan.json" or (name.startswith("manifests/") and name.count("/") == 1 and name.endswith(".yaml")))
-        if not written or path.is_symlink() or not path.is_file():
-            return name
+        if name not in listed or path.is_symlink() or not path.is_file():
+            return f"{name}, which no render wrote", "move it out"
     return None
 
 
@@ -153,34 +160,43 @@ def _plain(value: Any) -> bool:
     return True
 
 
-def write_render(plan: dict[str, Any], out: Path) -> int:
-    """Write plan.json and manifests/ to `out` at once: a failed or interrupted render leaves `out` as it was."""
+def write_render(plan: dict[str, Any], out: Path, announce: Callable[[int], None] = lambda count: None) -> int:
+    """Write plan.json and manifests/ to `out` at once: a failed or interrupted render leaves `out` as it was.
+
+    `announce(count)` reports the render before the folder is swapped in, so an output that cannot take the report
+    (a full disk, a closed stdout) stops the render with nothing written.
+    """
     target = check_out(out)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.render-", dir=target.parent))
+        staged = Path(tempfile.mkdtemp(prefix=f".{target.name}.render-", dir=target.parent))
     except OSError as error:
         raise ConfigError(f"--out {out}: {error.strerror}; pass a folder in a writable place") from None
-    retired = staging.with_name(staging.name + "-old")
-    try:
-        (staging / "plan.json").write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
-        (staging / "manifests").mkdir()
-        objects = manifests(plan)
-        written = ["plan.json"]
-        for manifest in objects:
-            written.append(f"manifests/{manifest_filename(manifest)}")
-            (staging / written[-1]).write_text(dump_yaml(manifest))
-        (staging / MARKER).write_text("\n".join([MARKER_HEAD, *written]) + "\n")
-        if target.exists():
-            target.rename(retired)
-        staging.rename(target)
-    except OSError as error:
-        raise ConfigError(f"--out {out}: {error.strerror}; the previous content is unchanged") from None
-    finally:
-        if retired.exists() and not target.exists():
-            retired.rename(target)
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(retired, ignore_errors=True)
+    with interrupts.scratch(staged) as staging:
+        retired = staging.with_name(staging.name + "-old")
+        try:
+            (staging / "plan.json").write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
+            (staging / "manifests").mkdir()
+            objects = manifests(plan)
+            written = ["plan.json"]
+            for manifest in objects:
+                written.append(f"manifests/{manifest_filename(manifest)}")
+                (staging / written[-1]).write_text(dump_yaml(manifest))
+            (staging / MARKER).write_text("\n".join([MARKER_HEAD, *written]) + "\n")
+        except OSError as error:
+            raise ConfigError(f"--out {out}: {error.strerror}; the previous content is unchanged") from None
+        announce(len(objects))
+        with interrupts.shielded():
+            try:
+                if target.exists():
+                    target.rename(retired)
+                staging.rename(target)
+            except OSError as error:
+                raise ConfigError(f"--out {out}: {error.strerror}; the previous content is unchanged") from None
+            finally:
+                if retired.exists() and not target.exists():
+                    retired.rename(target)
+                shutil.rmtree(retired, ignore_errors=True)
     return len(objects)
 
 
@@ -193,9 +209,12 @@ def run(args: argparse.Namespace) -> int:
         for error in errors:
             print(f"schema: {error}", file=sys.stderr)
         return VIOLATION
-    count = write_render(plan, Path(args.out))
-    print(f"rendered stack {plan['stack']}: {len(plan['resources'])} resources, {count} manifests -> {args.out}")
-    print(f"driver image preflight: {checked}")
+
+    def announce(count: int) -> None:
+        print(f"rendered stack {plan['stack']}: {len(plan['resources'])} resources, {count} manifests -> {args.out}")
+        print(f"driver image preflight: {checked}", flush=True)
+
+    write_render(plan, Path(args.out), announce)
     return OK
 
 

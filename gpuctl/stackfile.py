@@ -15,10 +15,15 @@ from typing import Any
 
 import yaml
 
+from gpuctl.inputs import read_input
 from stacks.config import PROJECT, ConfigError
 
 # Config namespaces a stack file may use: this project's and those of the providers and engine it runs with.
 NAMESPACES = (PROJECT, "aws", "kubernetes", "pulumi")
+
+# The top-level keys of a stack file, as the Pulumi CLI reads one (ProjectStack in pulumi/sdk/go/common/workspace/
+# project.go).
+STACK_FILE_KEYS = frozenset({"config", "secretsprovider", "encryptedkey", "encryptionsalt", "environment"})
 
 # Offline, encrypted values cannot be decrypted; the program sees a placeholder of the right shape, marked secret
 # (the render masks every secret anyway).
@@ -209,12 +214,9 @@ def load_stack_file(path: Path, stack: str | None = None, *, config_file: bool =
     `config_file`: the path came from --config-file, so errors name that option.
     """
     check_is_stack_file(path, config_file)
+    text = read_input(path, str(path), "save the file as UTF-8, readable by you")
     try:
-        document = yaml.load(path.read_bytes().decode("utf-8"), Loader=StrictLoader) or {}
-    except UnicodeDecodeError as error:
-        raise ConfigError(f"{path}: byte {error.start} is not UTF-8; save the file as UTF-8") from None
-    except OSError as error:
-        raise ConfigError(f"{path}: {error.strerror}; make the stack file readable") from None
+        document = yaml.load(text, Loader=StrictLoader) or {}
     except DuplicateKey as error:
         raise ConfigError(f"{path}: line {error.line}: key {error.key!r} appears twice; keep one of them") from None
     except UnquotedDate as error:
@@ -236,6 +238,14 @@ def load_stack_file(path: Path, stack: str | None = None, *, config_file: bool =
                           "write the values out")
     if not isinstance(document, dict) or not isinstance(document.get("config", {}), dict):
         raise ConfigError(f"{path}: expected a mapping with a 'config:' mapping, as `pulumi config set` writes")
+    if {"name", "runtime"} <= set(document):
+        raise ConfigError(f"{path}: is the project file (Pulumi.yaml: name, runtime), not a stack file; pass a "
+                          "Pulumi.<stack>.yaml, whose config: holds the stack's settings")
+    unknown = sorted(str(key) for key in set(document) - STACK_FILE_KEYS)
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], sorted(STACK_FILE_KEYS), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"a stack file holds {', '.join(sorted(STACK_FILE_KEYS))}"
+        raise ConfigError(f"{path}: unknown top-level key {unknown[0]!r}; {hint}")
     name = stack or path.name.removeprefix("Pulumi.").removesuffix(".yaml").removesuffix(".yml")
     return stack_file_from_config(name, document.get("config") or {})
 
@@ -258,6 +268,18 @@ def check_is_stack_file(path: Path, config_file: bool) -> None:
         raise ConfigError(f"{where}: is not a regular file; {fix}")
 
 
+def _encrypted_inside(value: Any, path: str = "") -> str | None:
+    """Where a `secure:` value sits inside a structured value (".name", "[0].key"), or None."""
+    if isinstance(value, dict) and set(value) == {"secure"} and path:
+        return path
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _encrypted_inside(item, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}")
+        if found is not None:
+            return found
+    return None
+
+
 def stack_file_from_config(stack: str, values: Mapping[str, Any]) -> StackFile:
     """A `config:` mapping as the engine hands it to the program: full keys, `secure:` values kept secret."""
     config: dict[str, Any] = {}
@@ -277,5 +299,9 @@ def stack_file_from_config(stack: str, values: Mapping[str, Any]) -> StackFile:
                                   f"re-run `pulumi config set --secret {short_key}`")
             value = ENCRYPTED_SHAPES.get(full_key, ENCRYPTED)
             secret_keys.append(full_key)
+        elif (path := _encrypted_inside(value)) is not None:
+            # The ciphertext is never shown: naming where it is says enough.
+            raise ConfigError(f"{full_key}{path}: is encrypted (secure:), which gpuctl cannot decrypt offline; only "
+                              f"{PROJECT}:registryPullSecret is a secret, so write this value in plain text")
         config[full_key] = value
     return StackFile(stack, config, secret_keys)

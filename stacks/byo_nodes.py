@@ -10,6 +10,7 @@ from kubernetes import client
 
 from components import labels
 from stacks.config import PROJECT, ConfigError, DiscoveryConfig, NodePoolConfig
+from stacks.deadline import Deadline
 from stacks.discovery import ClusterRead, ask_cluster
 
 TAINT = f"{labels.GPU_TAINT['key']}:{labels.GPU_TAINT['effect']}"
@@ -28,8 +29,10 @@ class LiveNode:
     taints: frozenset[str]
 
 
-def read_byo_nodes(discovery: DiscoveryConfig, pools: Sequence[NodePoolConfig]) -> dict[str, list[LiveNode]]:
-    """Each bring-your-own pool's nodes, selected by its labels, in one exchange bounded by `timeoutSeconds`."""
+def read_byo_nodes(discovery: DiscoveryConfig, pools: Sequence[NodePoolConfig],
+                   deadline: Deadline | None = None) -> dict[str, list[LiveNode]]:
+    """Each bring-your-own pool's nodes, selected by its labels, in one exchange bounded by `deadline` (default:
+    `timeoutSeconds` from now)."""
 
     def request(api: client.ApiClient, timeout: float) -> dict[str, list[LiveNode]]:
         core = client.CoreV1Api(api)
@@ -38,7 +41,7 @@ def read_byo_nodes(discovery: DiscoveryConfig, pools: Sequence[NodePoolConfig]) 
 
     nodes, _ = ask_cluster(discovery, request, ByoNodesError, ClusterRead(
         answer="the bring-your-own pools' node lists ", doing="listing a bring-your-own pool's nodes",
-        rights="list nodes", grant="bind it a ClusterRole with get and list on nodes"))
+        rights="list nodes", grant="bind it a ClusterRole with get and list on nodes"), deadline)
     return nodes
 
 

@@ -113,7 +113,8 @@ def _check_kernel(kernel: str, os_name: str, kind: str) -> None:
                          f"value ({labels.KERNEL_LABEL}), so no node could match it; write the node's uname -r")
     node_os = NODE_OSES[os_name]
     if not node_os.is_kernel(kernel):
-        raise ValueError(f"kernel {kernel!r} is not {kind} kernel release (uname -r), e.g. {node_os.kernel_example!r}")
+        raise ValueError(f"kernel {kernel!r} is not {kind} kernel release (uname -r) of {os_name}, e.g. "
+                         f"{node_os.kernel_example!r}; write what uname -r prints on one of its nodes")
 
 
 def _field_error(loc: tuple[str | int, ...], message: str) -> PydanticCustomError:
@@ -263,6 +264,9 @@ class ClusterConfig(StrictModel):
         return KernelTarget(self.node_os, self.kernel) if self.flavor == "openshift" else None
 
 
+# What `sysctl -w` takes: numbers and words, single spaces between them (tcp_rmem's "4096 87380 6291456"); no quotes
+# or shell text, which sysctl.conf and Tuned would take literally and every node's boot would then fail on.
+_SYSCTL_VALUE = r"^[A-Za-z0-9_.:/,+%@-]+( [A-Za-z0-9_.:/,+%@-]+)*$"
 _CPUSET = r"^[0-9]{1,3}(-[0-9]{1,3})?(,[0-9]{1,3}(-[0-9]{1,3})?)*$"
 
 
@@ -291,7 +295,7 @@ class NodeProfileConfig(StrictModel):
         pattern=_CPUSET, description="CPUs for the OS and the kubelet, as a cpuset list")
     hugepages: dict[Literal["2Mi", "1Gi"], Annotated[Int, Field(ge=1, le=1_000_000)]] = {}
     pod_sysctls: tuple[str, ...] = Field(default=(), description="sysctls pods may set (safe or namespaced)")
-    node_sysctls: dict[str, Annotated[str, Field(min_length=1, pattern=r"^[^\n\r=]+$")]] = Field(
+    node_sysctls: dict[str, Annotated[str, Field(min_length=1, pattern=_SYSCTL_VALUE)]] = Field(
         default={}, description="node-level sysctls and their values")
     max_unavailable: Annotated[int | str, PlainValidator(_nodes_or_share)] = Field(
         default=1, description="OpenShift: nodes the Machine Config Operator reboots at once")
@@ -678,7 +682,7 @@ def docker_config_json(secret: SecretStr) -> SecretStr:
     """A `.dockerconfigjson` document: {"auths": {registry: {"auth": ...} | {"username", "password"}}}."""
     try:
         document = json.loads(secret.get_secret_value())
-    except ValueError:
+    except (ValueError, RecursionError):  # a document nested thousands deep is not one either
         document = None
     auths = document.get("auths") if isinstance(document, dict) else None
     if not isinstance(auths, dict) or not auths or not all(
@@ -815,6 +819,10 @@ class StackConfig(StrictModel):
         """A pool's profile and fabric against the flavor and the cluster's Kubernetes version."""
         openshift = self.cluster.flavor == "openshift"
         if pool.profile is not None:
+            if not openshift and "max_unavailable" in pool.profile.model_fields_set:
+                raise ValueError(f"nodePools: pool {pool.name!r} profile.maxUnavailable paces the Machine Config "
+                                 "Operator's reboots on OpenShift; a Kubernetes pool rolls by instance refresh: "
+                                 "remove it and set roll.minHealthyPercentage instead")
             try:
                 pool.profile.check_sysctls(self.cluster.kubernetes_version)
             except ValueError as error:
@@ -871,6 +879,39 @@ def parse_stack_config(values: dict[str, Any]) -> StackConfig:
         return StackConfig.model_validate(values)
     except ValidationError as error:
         raise ConfigError(_describe(error)) from None
+
+
+# The fix of each format a config value must have, by its pattern.
+PATTERN_FIXES = {
+    ClusterConfig.model_fields["release"].metadata[0].pattern: "write the release as 4.<minor>.<patch>, as "
+    "`oc get clusterversion` prints it, e.g. 4.18.24",
+    ClusterConfig.model_fields["nfd_operator_csv"].metadata[0].pattern: "write the CSV name as nfd.4.<minor>.<patch>-"
+    "<12-digit build>, as the packagemanifest's currentCSV prints it",
+    ClusterConfig.model_fields["region"].metadata[0].pattern: "write an AWS region code, e.g. us-east-1",
+    r"^subnet-[0-9a-f]{8,17}$": "write a subnet ID, subnet- and 8 or 17 hex digits (aws ec2 describe-subnets)",
+    r"^sg-[0-9a-f]{8,17}$": "write a security group ID, sg- and 8 or 17 hex digits (aws ec2 describe-security-groups)",
+    r"^[A-Za-z0-9_+=,.@-]{1,128}$": "write the instance profile's name (not its ARN): at most 128 letters, digits "
+    "and _+=,.@-",
+    r"^[A-Za-z0-9_+=,.@-]{1,64}$": "write the IAM role's name (not its ARN): at most 64 letters, digits and _+=,.@-",
+    _CPUSET: "write a cpuset list of CPU numbers and ranges, e.g. 0-1,48-49",
+    _SYSCTL_VALUE: "write the plain value sysctl -w takes: numbers or words with single spaces between them, no "
+    "quotes or shell characters",
+    r"^ami-[0-9a-f]{8,17}$": "write an AMI ID, ami- and 8 or 17 hex digits (aws ec2 describe-images)",
+    NodePoolConfig.model_fields["availability_zone"].metadata[0].pattern: "write an availability zone name of the "
+    "cluster's region, e.g. us-east-1a",
+    r"^[0-9]{3}$": "write the driver branch as its 3 digits, e.g. 580",
+    r"^[0-9]{3}\.[0-9]+(\.[0-9]+)?$": "write the driver version as NVIDIA numbers it, e.g. 580.95.05",
+    r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*$": "write a registry host and repository path in lower case, without "
+    "a tag, e.g. nvcr.io/nvidia",
+    r"^([1-9][0-9]{0,3}|[1-9][0-9]?%|100%)$": "write a node count (1-9999) or a percentage (1%-100%), e.g. 25%",
+    r"^[a-zA-Z0-9._-]{1,15}$": "write the host interface name as `ip link` shows it (at most 15 characters), e.g. ens5",
+    r"^[a-z0-9.-]+/[A-Za-z0-9_.-]+$": "write the resource name the SR-IOV device plugin advertises for the VFs, "
+    "<domain>/<name>",
+    _CPU: "write whole cores (e.g. 64) or millicores (e.g. 500m)",
+    _MEMORY: "write a size in Mi, Gi or Ti, e.g. 256Gi",
+    ImagesConfig.model_fields["nfd"].metadata[0].pattern: "write <registry>/<repository>:<tag> or "
+    "<registry>/<repository>@sha256:<digest>, e.g. registry.k8s.io/nfd/node-feature-discovery:v0.17.3",
+}
 
 
 def _dotted(loc: tuple[Any, ...]) -> str:
@@ -947,7 +988,7 @@ def _describe(error: ValidationError) -> str:
     elif kind in ("less_than_equal", "less_than"):
         message = f"{shown} is too large; use at most {next(iter(first['ctx'].values()))}"
     elif kind == "string_pattern_mismatch":
-        message = f"{shown} is not in the expected format; see this key in the README"
+        message = f"{shown} is not in the expected format; {PATTERN_FIXES[first['ctx']['pattern']]}"
     elif kind in ("tuple_type", "list_type"):
         field, shape = _field_at(loc), _shape(loc)
         message = f"must be a list{f' of{shape} entries' if shape else ''}, not {shown}"
@@ -989,6 +1030,6 @@ def _decode(value: Any) -> Any:
     if isinstance(value, str) and value[:1] in "[{":
         try:
             return json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return value
     return value

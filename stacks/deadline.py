@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -11,6 +12,17 @@ T = TypeVar("T")
 
 class DeadlineExceeded(Exception):
     """The work did not finish in time."""
+
+
+class Deadline:
+    """A moment `seconds` from now that several steps share: each gets what the ones before it left."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._ends = time.monotonic() + seconds
+
+    def remaining(self) -> float:
+        return max(0.0, self._ends - time.monotonic())
 
 
 def within(seconds: float, work: Callable[[], T]) -> T:

@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from components import labels
 from fleet.kernels import ObservedNode
 from stacks.config import PROJECT, ConfigError, DiscoveryConfig
-from stacks.deadline import DeadlineExceeded, within
+from stacks.deadline import Deadline, DeadlineExceeded, within
 from stacks.inventory import parse_node_list
 
 GPU_NODE_SELECTOR = f"{labels.NVIDIA_PCI_LABEL}=true"
@@ -31,9 +31,9 @@ class DiscoveryError(ConfigError):
     """The live read of the GPU nodes failed; one line saying what failed, where, and the fix."""
 
 
-def read_live_nodes(discovery: DiscoveryConfig) -> list[ObservedNode]:
+def read_live_nodes(discovery: DiscoveryConfig, deadline: Deadline | None = None) -> list[ObservedNode]:
     """Read the GPU nodes from the cluster the kubeconfig (and context) reaches, in one request bounded as a whole
-    by `timeoutSeconds` (not per read) and in size.
+    by `deadline` (default: `timeoutSeconds` from now; not per read) and in size.
 
     Raises:
         DiscoveryError: the kubeconfig, the connection, the credentials or the answer failed; never returns a
@@ -41,7 +41,7 @@ def read_live_nodes(discovery: DiscoveryConfig) -> list[ObservedNode]:
     """
     body, server = ask_cluster(discovery, _read_gpu_nodes, DiscoveryError, ClusterRead(
         answer="", doing="listing GPU nodes", rights="list nodes",
-        grant="bind it a ClusterRole with get and list on nodes"))
+        grant="bind it a ClusterRole with get and list on nodes"), deadline)
     if len(body) > MAX_NODE_LIST_BYTES:
         raise DiscoveryError(
             f"the API server at {server} answered the node list with over {MAX_NODE_LIST_BYTES >> 20} MiB; "
@@ -76,23 +76,38 @@ class ClusterRead:
 
 
 def ask_cluster(discovery: DiscoveryConfig, request: Callable[[client.ApiClient, float], T],
-                error: type[ConfigError], read: ClusterRead) -> tuple[T, str]:
-    """Run `request` against the cluster the kubeconfig reaches, bounded as a whole by `timeoutSeconds`; return
-    its answer and the API server's address, or raise `error` with one line naming the failure and the fix."""
-    api = _api_client(discovery)
-    server = api.configuration.host
-    try:
+                error: type[ConfigError], read: ClusterRead, deadline: Deadline | None = None) -> tuple[T, str]:
+    """Run `request` against the cluster the kubeconfig reaches; return its answer and the API server's address, or
+    raise `error` with one line naming the failure and the fix.
+
+    Everything happens before `deadline` (default: `timeoutSeconds` from now): loading the kubeconfig, which runs
+    its credential plugin (`aws eks get-token`, say), as much as the request itself.
+    """
+    deadline = deadline or Deadline(discovery.timeout_seconds)
+    server: list[str] = []
+
+    def ask() -> T:
+        api = _api_client(discovery)
+        server.append(api.configuration.host)
         with api:
-            return within(discovery.timeout_seconds, lambda: request(api, discovery.timeout_seconds)), server
+            return request(api, max(deadline.remaining(), 0.001))
+
+    try:
+        return within(deadline.remaining(), ask), server[0]
     except DeadlineExceeded:
+        if not server:
+            raise error(
+                f"loading the kubeconfig did not finish within {deadline.seconds:g}s (its credential plugin, such as "
+                f"`aws eks get-token`, did not answer); run that command by hand to see why, or raise {_TIMEOUT_KEY}"
+            ) from None
         raise error(
-            f"the API server at {server} did not answer {read.answer}within {discovery.timeout_seconds:g}s; "
+            f"the API server at {server[0]} did not answer {read.answer}within {deadline.seconds:g}s; "
             f"check the network path to the cluster, or raise {_TIMEOUT_KEY}"
         ) from None
     except ApiException as refused:
-        raise error(_refusal(refused, server, read)) from None
+        raise error(_refusal(refused, server[0], read)) from None
     except urllib3.exceptions.HTTPError as failed:
-        raise error(_connection_failure(failed, server, discovery)) from None
+        raise error(_connection_failure(failed, server[0], discovery, read)) from None
 
 
 def _read_gpu_nodes(api: client.ApiClient, timeout: float) -> bytes:
@@ -116,7 +131,9 @@ def _api_client(discovery: DiscoveryConfig) -> client.ApiClient:
     if discovery.context:
         where += f" (context {discovery.context})"
     if discovery.kubeconfig and not Path(discovery.kubeconfig).expanduser().is_file():
-        raise DiscoveryError(f"{where} does not exist; set {_KUBECONFIG_KEY} to the path of a kubeconfig file")
+        # A named pipe or a device is refused too, before anything reads it.
+        problem = "is not a regular file" if Path(discovery.kubeconfig).expanduser().exists() else "does not exist"
+        raise DiscoveryError(f"{where} {problem}; set {_KUBECONFIG_KEY} to the path of a kubeconfig file")
     configuration = client.Configuration()
     configuration.retries = False  # one attempt, so timeoutSeconds bounds the whole read
     try:
@@ -156,7 +173,8 @@ def _refusal(error: ApiException, server: str, read: ClusterRead) -> str:
     )
 
 
-def _connection_failure(error: urllib3.exceptions.HTTPError, server: str, discovery: DiscoveryConfig) -> str:
+def _connection_failure(error: urllib3.exceptions.HTTPError, server: str, discovery: DiscoveryConfig,
+                        read: ClusterRead) -> str:
     """Explain a request that got no answer: no connection, no answer in time, a dropped connection."""
     # NewConnectionError subclasses ConnectTimeoutError in urllib3 2, so it is told apart first.
     if isinstance(error, urllib3.exceptions.NewConnectionError):
@@ -166,9 +184,9 @@ def _connection_failure(error: urllib3.exceptions.HTTPError, server: str, discov
             f"could not reach the API server at {server} ({reason}); "
             "check the kubeconfig's server URL and the network path to the cluster (VPN, firewall)"
         )
-    if isinstance(error, urllib3.exceptions.TimeoutError):
+    if isinstance(error, urllib3.exceptions.TimeoutError):  # its timeout is what is left of the deadline
         return (
-            f"the API server at {server} did not answer within {discovery.timeout_seconds:g}s; "
+            f"the API server at {server} did not answer {read.answer}within {discovery.timeout_seconds:g}s; "
             f"check the network path to the cluster, or raise {_TIMEOUT_KEY}"
         )
     return (

@@ -29,12 +29,18 @@ def parse_node_list(document: Any, source: str) -> list[ObservedNode]:
         found = f"a {_shown(kind)}, " if isinstance(kind, str) and kind not in ("NodeList", "List") else ""
         raise ConfigError(f"{source}: not a node list ({found}expected a v1 NodeList); {_NODE_LIST_FIX}")
     observed = []
+    seen: dict[str, int] = {}
     for index, item in enumerate(document["items"]):
         if isinstance(item, dict) and item.get("kind", "Node") != "Node":
             raise ConfigError(f"{source}: items[{index}] is a {_shown(item['kind'])}, not a Kubernetes Node; {_NODE_LIST_FIX}")
         meta = item.get("metadata") if isinstance(item, dict) else None
         if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
             raise ConfigError(f"{source}: items[{index}] has no metadata.name; not a Kubernetes node")
+        if meta["name"] in seen:  # two answers merged, or an edited file: which node runs which kernel is unclear
+            raise ConfigError(f"{source}: items[{index}] and items[{seen[meta['name']]}] are both node "
+                              f"{_shown(meta['name'])}; a node list names each node once, so pass one "
+                              "`kubectl get nodes -o json` answer")
+        seen[meta["name"]] = index
         node_labels = meta.get("labels") or {}
         if not isinstance(node_labels, dict):
             raise ConfigError(f"{source}: items[{index}].metadata.labels must be a mapping; {_NODE_LIST_FIX}")

@@ -8,12 +8,14 @@ anything is registered the program reads each one once, within one deadline, and
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from stacks.config import PROJECT, ConfigError, DiscoveryConfig, StackConfig
+from stacks.deadline import Deadline
 from stacks.discovery import ClusterRead, ask_cluster
 
 
@@ -55,6 +57,10 @@ PROMETHEUS_OPERATOR = (Precondition("prometheusrules.monitoring.coreos.com", "Pr
                        Precondition("servicemonitors.monitoring.coreos.com", "ServiceMonitor", PROMETHEUS_FIX))
 
 
+# The largest CRDs (the GPU Operator's ClusterPolicy) are about a megabyte of JSON.
+MAX_CRD_BYTES = 16 << 20
+
+
 class PreconditionError(ConfigError):
     """A CRD the stack needs is missing, or the check could not read the cluster; one line with the fix."""
 
@@ -80,8 +86,9 @@ def required_crds(config: StackConfig) -> tuple[Precondition, ...]:
     return needed
 
 
-def check_crds(discovery: DiscoveryConfig, needed: tuple[Precondition, ...]) -> None:
-    """GET each CRD once from the cluster the kubeconfig reaches, all within `timeoutSeconds`.
+def check_crds(discovery: DiscoveryConfig, needed: tuple[Precondition, ...], deadline: Deadline | None = None) -> None:
+    """GET each CRD once from the cluster the kubeconfig reaches, all before `deadline` (default: `timeoutSeconds`
+    from now).
 
     Raises:
         PreconditionError: a CRD is missing (every missing one is named, with its fix), or the cluster could not
@@ -93,7 +100,7 @@ def check_crds(discovery: DiscoveryConfig, needed: tuple[Precondition, ...]) -> 
                                   ClusterRead(answer="the CRD check ", doing="reading CRDs",
                                               rights="get customresourcedefinitions",
                                               grant="bind it a ClusterRole with get on "
-                                                    "customresourcedefinitions.apiextensions.k8s.io"))
+                                                    "customresourcedefinitions.apiextensions.k8s.io"), deadline)
     if missing:
         fixes = list(dict.fromkeys(precondition.fix for precondition in missing))
         names = ", ".join(f"{p.name} ({p.kind})" for p in missing)
@@ -108,10 +115,28 @@ def _missing(api: client.ApiClient, needed: tuple[Precondition, ...], timeout: f
         try:
             response = extensions.read_custom_resource_definition(
                 precondition.name, _request_timeout=timeout, _preload_content=False)
-            response.release_conn()
         except ApiException as error:
             if error.status != 404:
                 raise
             missing.append(precondition)
+            continue
+        try:
+            body = response.read(MAX_CRD_BYTES + 1)
+        finally:
+            response.release_conn()
+        if not _is_crd(body, precondition):
+            # A proxy's sign-in page or a catch-all answers 200 too: only the CRD itself shows it is there.
+            raise PreconditionError(
+                f"the API server at {api.configuration.host} answered the CRD check for {precondition.name} with "
+                "something that is not that CustomResourceDefinition; check that the kubeconfig's server URL points "
+                "at the Kubernetes API, not at a proxy or sign-in page")
     return missing
 
+
+def _is_crd(body: bytes, precondition: Precondition) -> bool:
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    return (isinstance(document, dict) and document.get("kind") == "CustomResourceDefinition"
+            and isinstance(document.get("metadata"), dict) and document["metadata"].get("name") == precondition.name)

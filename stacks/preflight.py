@@ -38,7 +38,15 @@ _CHALLENGE_PARAM = re.compile(r'(\w+)="([^"]*)"')
 
 
 class PreflightError(ConfigError):
-    """A driver image is missing, or its registry could not be asked; one line naming the images and the fix."""
+    """A driver image is missing, or its registry could not be asked; one line naming the images and the fix.
+
+    `missing` and `unverified` name the images found missing and those whose registry could not be asked.
+    """
+
+    def __init__(self, message: str, missing: frozenset[str] = frozenset(),
+                 unverified: frozenset[str] = frozenset()) -> None:
+        super().__init__(message)
+        self.missing, self.unverified = missing, unverified
 
 
 class RegistryUnreachable(PreflightError):
@@ -90,21 +98,31 @@ def check_driver_images(images: Mapping[KernelTarget, str], *, timeout: float = 
     for target, image in sorted(images.items()):
         kernels[image].append(target)
     registry = _RegistryClient(timeout)
-    missing = []
+    missing, unreachable, absent, unverified_images = [], [], set(), set()
     for image, targets in kernels.items():
-        reason = registry.absence(image, ImageReference.parse(image))
+        try:  # every image is asked: one registry's outage must not hide another image's absence
+            reason = registry.absence(image, ImageReference.parse(image))
+        except RegistryUnreachable as error:
+            unreachable.append(error)
+            unverified_images.add(image)
+            continue
         if reason:
             missing.append((f"{image} for {_kernels(targets)}", reason))
+            absent.add(image)
+    found = {"missing": frozenset(absent), "unverified": frozenset(unverified_images)}
+    unverified = f" ({len(unreachable)} more not verified: {unreachable[0]})" if missing and unreachable else ""
     if len(missing) == 1:
         [(what, reason)] = missing
         raise PreflightError(
-            f"driver image {what} is not in its registry ({reason}); {_FIX}"
+            f"driver image {what} is not in its registry ({reason}); {_FIX}{unverified}", **found
         )
     if missing:
         named = "; ".join(f"{what} ({reason})" for what, reason in missing)
         raise PreflightError(
-            f"driver images are not in their registries: {named}; {_FIX}"
+            f"driver images are not in their registries: {named}; {_FIX}{unverified}", **found
         )
+    if unreachable:
+        raise unreachable[0]
 
 
 _FIX = (f"pick a kernel and {PROJECT}:driver version NVIDIA publishes images for, or push them to the repository "
@@ -252,8 +270,8 @@ def _bearer_challenge(header: str) -> dict[str, str] | None:
 
 
 def _problem(reason: object, timeout: float) -> str:
-    if isinstance(reason, TimeoutError):
-        return f"no answer within {timeout:g}s"
+    if isinstance(reason, TimeoutError):  # the socket's timeout is what is left of the deadline: the same event
+        return f"no complete answer within {timeout:g}s"
     if isinstance(reason, OSError) and reason.strerror:
         return reason.strerror
     return " ".join(str(reason).split()) or type(reason).__name__

@@ -11,6 +11,7 @@ import pulumi_kubernetes as k8s
 from fleet.kernels import KernelInventory, KernelTarget, ObservedNode
 from stacks.config import PROJECT, ClusterConfig, ConfigError, StackConfig, load_stack_config
 from stacks.byo_nodes import check_byo_nodes, read_byo_nodes
+from stacks.deadline import Deadline
 from stacks.discovery import read_live_nodes
 from stacks.gpu_platform import GpuPlatform
 from stacks.preconditions import check_crds, required_crds
@@ -32,12 +33,14 @@ def build(config: StackConfig, observed: Iterable[ObservedNode] | None = None, *
     """
     _refuse_provider_keys(config.cluster)
     if discover and config.cluster.discovery.enabled:
-        # What the stack needs and does not install is checked before anything is registered.
-        check_crds(config.cluster.discovery, required_crds(config))
+        # What the stack needs and does not install is checked before anything is registered; the CRD check and the
+        # node reads share one deadline, so discovery as a whole takes at most timeoutSeconds.
+        deadline = Deadline(config.cluster.discovery.timeout_seconds)
+        check_crds(config.cluster.discovery, required_crds(config), deadline)
         if observed is None:
-            observed = read_live_nodes(config.cluster.discovery)
+            observed = read_live_nodes(config.cluster.discovery, deadline)
         if byo := [pool for pool in config.node_pools if pool.bring_your_own is not None]:
-            for warning in check_byo_nodes(byo, read_byo_nodes(config.cluster.discovery, byo)):
+            for warning in check_byo_nodes(byo, read_byo_nodes(config.cluster.discovery, byo, deadline)):
                 pulumi.log.warn(warning)
     inventory = KernelInventory.build(config.declared_kernels, observed, previous)
     for target in sorted(set(inventory.nodes) - config.declared_kernels):

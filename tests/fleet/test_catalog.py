@@ -62,6 +62,10 @@ def test_tag_suffix_is_the_os_name_and_the_example_kernel_matches(name: str) -> 
     ("rhcos4.20", "5.14.0-570.49.1.el9_6.aarch64", True),
     ("rhcos4.18", "5.14.0-427.87.1.el9_4", False),
     ("rhcos4.19", "5.14.0-427.50.1.el8.x86_64", False),
+    # Each OpenShift release ships the kernel of one RHEL 9 minor: 4.18 RHEL 9.4, 4.19 and 4.20 RHEL 9.6.
+    ("rhcos4.18", "5.14.0-570.28.1.el9_6.x86_64", False),
+    ("rhcos4.19", "5.14.0-427.87.1.el9_4.x86_64", False),
+    ("rhcos4.19", "5.14.0-570.28.1.el9_6.x86_64", True),
     ("rhcos4.18", "6.8.0-1021-aws", False),
 ])
 def test_kernel_patterns_tell_the_oses_apart(name: str, kernel: str, valid: bool) -> None:

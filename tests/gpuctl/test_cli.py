@@ -89,7 +89,7 @@ def test_without_a_pull_secret_the_stack_renders_without_one(tmp_path) -> None:
 
 
 @pytest.mark.parametrize(("content", "problem"), [
-    (None, "No such file or directory"),
+    (None, "no such file"),
     ("", "is empty"),  # not a quiet deploy without a pull secret
     (" \n", "is empty"),
     ('{"auths": {"nvcr.io": "c2VjcmV0"}}', "is not a .dockerconfigjson document"),
@@ -186,3 +186,101 @@ def test_sigterm_exits_143_even_where_the_running_code_turns_it_into_an_error(mo
         assert entry.main(["check", str(tmp_path)]) == 128 + signal.SIGTERM
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+# -- the checkout gpuctl runs in ----------------------------------------------------------------------------------
+
+
+def test_gpuctl_of_one_checkout_refuses_to_run_in_another(tmp_path) -> None:
+    """Stack files and --base history would come from the other checkout, the code from this one's."""
+    other = tmp_path / "other-clone"
+    (other / "docs").mkdir(parents=True)
+    for name in ("Pulumi.yaml", "Pulumi.dev.yaml"):
+        (other / name).write_text((ROOT / name).read_text())
+
+    result = subprocess.run([sys.executable, "-m", "gpuctl", "preview", "--stack", "dev", "--offline"],
+                            cwd=other / "docs", capture_output=True, text=True, timeout=120)
+
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (f"error: this checkout is {other}, but this gpuctl runs the code of {ROOT}; run the "
+                             f"checkout's own: cd {other} && make setup && .venv/bin/gpuctl ...\n")
+
+
+# -- every subcommand fails in one line with a code other than 1 when its output cannot be written -------------
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("rendered") / "dev"
+    subprocess.run([sys.executable, "-m", "gpuctl", "render", "--stack", "dev", "--out", str(out), "--offline"],
+                   cwd=ROOT, check=True, capture_output=True)
+    return out
+
+
+def commands(rendered: Path, out: Path) -> dict[str, list[str]]:
+    return {"render": ["render", "--stack", "dev", "--offline", "--out", str(out)],
+            "check": ["check", str(rendered)],
+            "diff": ["diff", str(rendered), str(rendered)],
+            "preview": ["preview", "--stack", "dev", "--offline"],
+            "version": ["--version"],
+            "help": ["render", "--help"]}
+
+
+OUTPUTS = {"closed": "exec >&-", "full disk": "exec >/dev/full"}
+
+
+def test_every_subcommand_reports_an_unwritable_output_in_one_line(rendered: Path, tmp_path: Path) -> None:
+    runs = {}
+    for output, redirect in OUTPUTS.items():
+        for name, args in commands(rendered, tmp_path / f"out-{output.replace(' ', '-')}").items():
+            # sh -c: the redirection applies to gpuctl alone, as a user's shell would apply it.
+            script = f'{redirect}; exec "$0" -m gpuctl "$@"'
+            runs[name, output] = subprocess.Popen(["sh", "-c", script, sys.executable, *args], cwd=ROOT,
+                                                  stderr=subprocess.PIPE, text=True)
+    for (name, output), process in runs.items():
+        stderr = process.communicate(timeout=300)[1]
+        assert process.returncode not in (0, 1), (name, output, stderr)
+        assert stderr.count("\n") == 1 and stderr.startswith("error: standard output"), (name, output, stderr)
+        assert "Traceback" not in stderr
+    assert not any(tmp_path.iterdir()), "render wrote its folder though it could not report it"
+
+
+# -- every file input: special files refused before they are read, bounded in size and nesting -------------------
+
+
+@pytest.fixture
+def fifo(tmp_path: Path) -> Path:
+    path = tmp_path / "pipe"
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize("option", ["--registry-pull-secret-file", "--observed-nodes", "--config-file",
+                                    "--policy-config"])
+@pytest.mark.parametrize("kind", ["named pipe", "device"])
+def test_a_special_file_is_refused_before_it_is_read(tmp_path: Path, fifo: Path, option: str, kind: str,
+                                                     rendered: Path) -> None:
+    path = str(fifo) if kind == "named pipe" else "/dev/zero"
+    if option == "--policy-config":
+        args = ["check", str(rendered), option, path]
+    elif option == "--config-file":
+        args = ["render", option, path, "--offline", "--out", str(tmp_path / "out")]
+    else:
+        args = ["render", "--stack", "dev", option, path, "--offline", "--out", str(tmp_path / "out")]
+
+    result = subprocess.run([sys.executable, "-m", "gpuctl", *args], cwd=ROOT, capture_output=True, text=True,
+                            timeout=60)
+
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert f"is a {kind}, not a regular file" in result.stderr or "is not a regular file" in result.stderr
+    assert "Error" not in result.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_deeply_nested_pull_secret_is_one_line(tmp_path: Path) -> None:
+    secret = tmp_path / "config.json"
+    secret.write_text("[" * 100_000 + "]" * 100_000)
+
+    result = render(tmp_path, "--registry-pull-secret-file", str(secret))
+
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "is not a .dockerconfigjson document" in result.stderr and "RecursionError" not in result.stderr

@@ -319,19 +319,12 @@ def test_rendering_again_replaces_an_earlier_render(tmp_path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh", "out"]
 
 
-# An older gpuctl's marker lists nothing: a YAML file in manifests/ looks like one it wrote, anything else does not.
-@pytest.mark.parametrize(("marker", "added", "reported"), [
-    ("listed", "notes.txt", "notes.txt"), ("listed", "manifests/my-extra.yaml", "manifests/my-extra.yaml"),
-    ("listed", "manifests/sub/x.yaml", "manifests/sub"), ("older gpuctl", "notes.txt", "notes.txt"),
-    ("older gpuctl", "manifests/sub/x.yaml", "manifests/sub")])
-def test_a_file_of_the_users_in_an_earlier_render_is_never_replaced(tmp_path, marker: str, added: str,
-                                                                    reported: str) -> None:
-    from gpuctl.render import MARKER
-
+@pytest.mark.parametrize(("added", "reported"), [
+    ("notes.txt", "notes.txt"), ("manifests/my-extra.yaml", "manifests/my-extra.yaml"),
+    ("manifests/sub/x.yaml", "manifests/sub")])
+def test_a_file_of_the_users_in_an_earlier_render_is_never_replaced(tmp_path, added: str, reported: str) -> None:
     out = tmp_path / "out"
     assert finish(gpuctl("render", "--stack", "prod", "--offline", "--out", str(out))).returncode == 0
-    if marker == "older gpuctl":
-        (out / MARKER).write_text("written by gpuctl render; the folder is replaced as a whole\n")
     (out / added).parent.mkdir(parents=True, exist_ok=True)
     (out / added).write_text("mine\n")
     before = snapshot(out)
@@ -341,6 +334,30 @@ def test_a_file_of_the_users_in_an_earlier_render_is_never_replaced(tmp_path, ma
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr == (f"error: --out {out}: holds {reported}, which no render wrote, refusing to replace it; "
                              "move it out, or pass a new or empty folder, or one an earlier `gpuctl render` wrote\n")
+    assert snapshot(out) == before
+
+
+# A marker that does not list what the render wrote vouches for nothing: a user's file beside plan.json and
+# manifests/*.yaml would look like the render's own.
+@pytest.mark.parametrize("marker", ["", "written by gpuctl render; the folder is replaced as a whole\n",
+                                    "written by gpuctl render; the folder is replaced as a whole; it wrote these files:"
+                                    "\nplan.json\n../elsewhere.txt\n"], ids=["empty", "older gpuctl", "foreign path"])
+def test_a_render_whose_marker_does_not_list_its_files_is_never_replaced(tmp_path, marker: str) -> None:
+    from gpuctl.render import MARKER
+
+    out = tmp_path / "out"
+    assert finish(gpuctl("render", "--stack", "prod", "--offline", "--out", str(out))).returncode == 0
+    (out / MARKER).write_text(marker)
+    (out / "manifests" / "my-notes.yaml").write_text("mine\n")
+    before = snapshot(out)
+
+    result = finish(gpuctl("render", "--stack", "dev", "--offline", "--out", str(out)))
+
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (f"error: --out {out}: holds a {MARKER} marker that does not list the files a render "
+                             "wrote (empty, or of an older gpuctl), refusing to replace it; move out what you keep "
+                             "and delete the folder, or pass a new or empty folder, or one an earlier `gpuctl render` "
+                             "wrote\n")
     assert snapshot(out) == before
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpuctl.stackfile import MAX_EXPANDED_VALUES, load_stack_file
 from stacks.config import ConfigError
@@ -214,3 +215,41 @@ def test_values_nested_deeper_than_python_reads_are_one_line(tmp_path) -> None:
     message = refusal(tmp_path, f"config:\n  gpu-platform:probe: {'[' * 5000}{']' * 5000}\n")
 
     assert "nest too deeply" in message
+
+
+# -- what is actually wrong with a file that is not a stack file -----------------------------------------------------
+
+
+def test_a_misspelt_config_key_is_named(tmp_path: Path) -> None:
+    document = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    document["confg"] = document.pop("config")
+    path = tmp_path / "Pulumi.qa.yaml"
+    path.write_text(yaml.safe_dump(document))
+
+    with pytest.raises(ConfigError) as caught:
+        load_stack_file(path)
+
+    assert str(caught.value) == f"{path}: unknown top-level key 'confg'; did you mean 'config'?"
+
+
+def test_the_project_file_passed_as_a_stack_file_is_named_as_such() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_stack_file(ROOT / "Pulumi.yaml", config_file=True)
+
+    assert str(caught.value) == (f"{ROOT / 'Pulumi.yaml'}: is the project file (Pulumi.yaml: name, runtime), not a "
+                                 "stack file; pass a Pulumi.<stack>.yaml, whose config: holds the stack's settings")
+
+
+def test_a_ciphertext_inside_a_value_is_never_echoed(tmp_path: Path) -> None:
+    document = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    document["config"]["gpu-platform:cluster"]["name"] = {"secure": "v1:Q2lwaGVydGV4dE9mVGhlTmFtZQ=="}
+    path = tmp_path / "Pulumi.qa.yaml"
+    path.write_text(yaml.safe_dump(document))
+
+    with pytest.raises(ConfigError) as caught:
+        load_stack_file(path)
+
+    assert "Q2lwaGVy" not in str(caught.value)
+    assert str(caught.value) == ("gpu-platform:cluster.name: is encrypted (secure:), which gpuctl cannot decrypt "
+                                 "offline; only gpu-platform:registryPullSecret is a secret, so write this value in "
+                                 "plain text")

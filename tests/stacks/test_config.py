@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, get_args
 
 import pytest
 
@@ -522,6 +522,8 @@ def test_openshift_requires_release_and_kernel(drop: str) -> None:
 def test_openshift_kubernetes_version_is_derived_from_the_release(release: str, kubernetes: str) -> None:
     values = config_values("dev")
     values["cluster"].update(release=release, nfdOperatorCsv="nfd.4.19.0-202509240837")
+    if not release.startswith("4.18."):  # 4.19 and 4.20 ship RHEL 9.6 kernels
+        values["cluster"]["kernel"] = "5.14.0-570.28.1.el9_6.x86_64"
 
     cluster = parse_stack_config(values).cluster
 
@@ -575,7 +577,7 @@ def test_nfd_operator_csv_defaults_for_4_18() -> None:
 
 
 def test_nfd_operator_csv_is_required_for_a_minor_without_default() -> None:
-    message = config_error(lambda v: v["cluster"].update(release="4.19.10"))
+    message = config_error(lambda v: v["cluster"].update(release="4.19.10", kernel="5.14.0-570.28.1.el9_6.x86_64"))
 
     assert message.startswith("gpu-platform:cluster:")
     assert "nfdOperatorCsv is required for OpenShift 4.19" in message
@@ -583,7 +585,8 @@ def test_nfd_operator_csv_is_required_for_a_minor_without_default() -> None:
 
 def test_nfd_operator_csv_set_is_pinned() -> None:
     values = config_values("dev")
-    values["cluster"].update(release="4.19.10", nfdOperatorCsv="nfd.4.19.0-202510011234")
+    values["cluster"].update(release="4.19.10", nfdOperatorCsv="nfd.4.19.0-202510011234",
+                             kernel="5.14.0-570.28.1.el9_6.x86_64")
 
     assert parse_stack_config(values).cluster.nfd_csv == "nfd.4.19.0-202510011234"
 
@@ -1062,3 +1065,86 @@ def test_a_drain_role_without_auto_scaling_group_pools_is_refused() -> None:
     assert config_error(lambda v: v["cluster"].update(nodeTerminationHandlerRole="ops-node"), "onprem") == (
         "gpu-platform:cluster.nodeTerminationHandlerRole: drains Auto Scaling Group nodes, and no pool is one; "
         "remove it")
+
+
+# -- every refusal says what is wrong and how to fix it -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("stack", "path", "bad", "fix"), [
+    ("dev", ("cluster", "release"), "4.18.x", "write the release as 4.<minor>.<patch>"),
+    ("dev", ("cluster", "region"), "useast1", "write an AWS region code, e.g. us-east-1"),
+    ("prod", ("cluster", "subnetIds", 0), "subnet-xyz", "write a subnet ID"),
+    ("dev", ("nodePools", 0, "image"), "ami-XYZ", "write an AMI ID"),
+    ("dev", ("nodePools", 0, "availabilityZone"), "east", "write an availability zone name"),
+    ("dev", ("nodePools", 1, "profile", "reservedCpus"), "0..1", "write a cpuset list"),
+    ("dev", ("driver", "branch"), "r580", "write the driver branch as its 3 digits"),
+    ("dev", ("driver", "maxUnavailable"), "0", "write a node count (1-9999) or a percentage"),
+    ("dev", ("tenants", 0, "cpu"), "1.5", "write whole cores"),
+    ("dev", ("tenants", 0, "memory"), "256GB", "write a size in Mi, Gi or Ti"),
+    ("dev", ("images", "nfd"), "nfd:latest", "write <registry>/<repository>:<tag>"),
+])
+def test_a_value_in_the_wrong_format_gets_its_fix(stack: str, path: tuple, bad: str, fix: str) -> None:
+    message = config_error(lambda v: set_at(v, path, bad), stack)
+
+    assert message.startswith(f"{dotted(path)}: {bad!r} is not in the expected format; {fix}"), message
+    assert "README" not in message
+
+
+def test_every_format_a_value_must_have_has_a_fix() -> None:
+    """A pattern without an entry in PATTERN_FIXES would fail with a KeyError, not a line a user can act on."""
+    from pydantic import BaseModel
+
+    from stacks.config import PATTERN_FIXES
+
+    def patterns(annotation: Any) -> Iterator[str]:
+        for meta in getattr(annotation, "__metadata__", ()):
+            yield from (p for m in (meta, *getattr(meta, "metadata", ())) if (p := getattr(m, "pattern", None)))
+        for arg in get_args(annotation):
+            yield from patterns(arg)
+
+    def walk(model: type[BaseModel]) -> Iterator[str]:
+        for field in model.model_fields.values():
+            yield from (p for m in field.metadata if (p := getattr(m, "pattern", None)))
+            yield from patterns(field.annotation)
+            nested = [arg for arg in (field.annotation, *get_args(field.annotation), *(
+                a for arg in get_args(field.annotation) for a in get_args(arg))) if isinstance(arg, type)]
+            for arg in nested:
+                if issubclass(arg, BaseModel):
+                    yield from walk(arg)
+
+    found = set(walk(StackConfig))
+    assert len(found) >= 16 and found <= set(PATTERN_FIXES)
+
+
+def test_an_el9_6_kernel_is_refused_on_openshift_4_18() -> None:
+    """OpenShift 4.18's RHCOS is built on RHEL 9.4 (el9_4 kernels); el9_6 kernels come with 4.19 and 4.20."""
+    message = config_error(lambda v: v["cluster"].update(kernel="5.14.0-570.28.1.el9_6.x86_64"))
+
+    assert "kernel '5.14.0-570.28.1.el9_6.x86_64' is not an RHCOS kernel release (uname -r) of rhcos4.18" in message
+    assert "e.g. '5.14.0-427.65.1.el9_4.x86_64'" in message
+
+
+@pytest.mark.parametrize("value", ['"262144"', "262144; reboot", "$(curl example.com)", "1 `id`", "a  b"])
+def test_a_node_sysctl_value_with_quotes_or_shell_text_is_refused(value: str) -> None:
+    message = config_error(lambda v: profile(v)["nodeSysctls"].update({"vm.max_map_count": value}))
+
+    assert message.startswith("gpu-platform:nodePools[1].profile.nodeSysctls.vm.max_map_count:"), message
+    assert "no quotes or shell characters" in message
+
+
+def test_a_node_sysctl_value_of_several_numbers_is_taken() -> None:
+    values = config_values("dev")
+    profile(values)["nodeSysctls"]["vm.max_map_count"] = "4096 87380 6291456"
+
+    parse_stack_config(values)
+
+
+def test_max_unavailable_of_a_profile_is_refused_on_kubernetes() -> None:
+    """It paces the Machine Config Operator's reboots; a Kubernetes pool would silently ignore it."""
+    def tuned(values: Values) -> None:
+        pool(values, 2)["profile"] = {"reservedCpus": "0-1", "maxUnavailable": 2}
+
+    message = config_error(tuned, "prod")
+
+    assert "profile.maxUnavailable paces the Machine Config Operator's reboots on OpenShift" in message
+    assert "remove it and set roll.minHealthyPercentage instead" in message

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -42,6 +43,7 @@ class StandInApi:
         self.nodes = [node("gpu-a", OLD), node("gpu-b", NEW), node("gpu-c", NEW), node("cpu-a", OLD, gpu=False)]
         self.crds: set[str] = set()  # CRDs served at /apis/apiextensions.k8s.io/v1/customresourcedefinitions/<name>
         self.fault: str | None = None
+        self.delay = 0.0  # seconds before each answer
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.release = threading.Event()
         api = self
@@ -60,6 +62,8 @@ class StandInApi:
 
     def answer(self, request: BaseHTTPRequestHandler) -> None:
         url = urlsplit(request.path)
+        if self.release.wait(self.delay):
+            return
         if self.fault == "hang":
             self.release.wait(5)
             return
@@ -237,3 +241,50 @@ def test_unusable_kubeconfig(tmp_path: Path, content: str | None, context: str |
         read_live_nodes(discovery(path, context=context))
 
     assert "\n" not in str(raised.value)
+
+
+def test_a_stalled_credential_plugin_is_bounded_by_the_deadline(api: StandInApi, tmp_path: Path) -> None:
+    """The kubeconfig's exec plugin (`aws eks get-token` on EKS) runs while the kubeconfig loads: the deadline
+    covers it too. `sleep` stands in for a plugin that never answers."""
+    path = kubeconfig(tmp_path / "config", {"lab": api.url}, "lab")
+    document = yaml.safe_load(path.read_text())
+    document["users"][0]["user"] = {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1",
+                                             "command": "sleep", "args": ["8"], "interactiveMode": "Never"}}
+    path.write_text(yaml.safe_dump(document))
+    started = time.monotonic()
+
+    with pytest.raises(DiscoveryError) as raised:
+        read_live_nodes(discovery(path, timeout_seconds=0.5))
+
+    assert time.monotonic() - started < 4
+    assert "credential plugin" in str(raised.value) and "within 0.5s" in str(raised.value)
+
+
+def test_the_crd_check_and_the_node_read_share_one_deadline(api: StandInApi, tmp_path: Path) -> None:
+    """prod checks 2 CRDs and reads the nodes: 3 answers of 1 s each. Within a 2.5 s deadline each read alone would
+    finish; together they must not, or discovery could take twice timeoutSeconds."""
+    from gpuctl.render import render_plan
+    from gpuctl.stackfile import stack_file_from_config
+    from tests.conftest import stack_config
+
+    api.crds = {"prometheusrules.monitoring.coreos.com", "servicemonitors.monitoring.coreos.com"}
+    api.delay = 1.0
+    config = stack_config("prod")
+    config["gpu-platform:cluster"]["discovery"] = {
+        "enabled": True, "kubeconfig": str(kubeconfig(tmp_path / "config", {"lab": api.url}, "lab")),
+        "timeoutSeconds": 2.5}
+    started = time.monotonic()
+
+    with pytest.raises(DiscoveryError, match="did not answer within 2.5s"):
+        render_plan(stack_file_from_config("prod", config), online=True)
+
+    assert time.monotonic() - started < 5
+    assert [urlsplit(path).path for path, _ in api.requests][-1] == "/api/v1/nodes"
+
+
+def test_a_named_pipe_as_kubeconfig_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    pipe = tmp_path / "kubeconfig"
+    os.mkfifo(pipe)
+
+    with pytest.raises(DiscoveryError, match="is not a regular file; set gpu-platform:cluster.kubeconfig"):
+        read_live_nodes(discovery(pipe, timeout_seconds=0.5))

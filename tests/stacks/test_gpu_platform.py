@@ -418,8 +418,8 @@ def run_with_discovery(enabled: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[
     warnings: list[str] = []
     reads: list[Any] = []
     monkeypatch.setattr(pulumi.log, "warn", lambda message, *args, **kwargs: warnings.append(message))
-    monkeypatch.setattr(program, "read_live_nodes", lambda discovery: reads.append(discovery) or [])
-    monkeypatch.setattr(program, "check_crds", lambda discovery, needed: reads.append(needed))
+    monkeypatch.setattr(program, "read_live_nodes", lambda discovery, deadline=None: reads.append(discovery) or [])
+    monkeypatch.setattr(program, "check_crds", lambda discovery, needed, deadline=None: reads.append(needed))
     config = stack_config("prod")
     config["gpu-platform:cluster"]["discovery"] = {"enabled": enabled}
     config["gpu-platform:preflight"] = False

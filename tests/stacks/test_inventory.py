@@ -157,3 +157,14 @@ def test_a_label_value_with_a_trailing_newline_is_refused() -> None:
     assert "\n" not in message
     assert message.startswith("nodes.json: node gpu-2: label feature.node.kubernetes.io/kernel-version.full has "
                               "'6.8.0-1021-aws\\n', not a valid Kubernetes label value")
+
+
+def test_a_node_named_twice_is_refused() -> None:
+    """Two answers pasted together, or an edited file: which kernel that node runs is no longer clear."""
+    document = node_list(node("gpu-a"), node("gpu-b"), node("gpu-a", kernel=OTHER_RHCOS))
+
+    with pytest.raises(ConfigError) as raised:
+        parse_node_list(document, "nodes.json")
+
+    assert str(raised.value) == ("nodes.json: items[2] and items[0] are both node 'gpu-a'; a node list names each "
+                                 "node once, so pass one `kubectl get nodes -o json` answer")

@@ -119,3 +119,14 @@ def test_unreachable_server(tmp_path: Path) -> None:
 
     with pytest.raises(PreconditionError, match=rf"could not reach the API server at {url}"):
         check_crds(discovery(kubeconfig(tmp_path / "config", {"lab": url}, "lab")), ALL)
+
+
+def test_a_proxy_page_is_not_taken_for_the_crds(api: StandInApi, tmp_path: Path) -> None:
+    """A sign-in page answered with 200 says nothing about the CRDs: only the CRD itself shows it is there."""
+    api.crds = names(ALL)
+    api.fault = "html"
+
+    with pytest.raises(PreconditionError) as raised:
+        check_crds(discovery(kubeconfig(tmp_path / "config", {"lab": api.url}, "lab")), ALL)
+
+    assert "not that CustomResourceDefinition" in str(raised.value) and "server URL" in str(raised.value)

@@ -33,6 +33,7 @@ class StandInRegistry:
 
     def __init__(self) -> None:
         self.manifests: set[str] = set()
+        self.down: set[str] = set()  # manifest paths answered 503, as a registry's failing backend would
         self.mode = "open"
         self.heads: list[tuple[str, dict[str, str]]] = []
         self.token_queries: list[dict[str, list[str]]] = []
@@ -67,6 +68,8 @@ class StandInRegistry:
             return
         if self.mode == "broken":
             return self.reply(request, 500)
+        if request.path in self.down:
+            return self.reply(request, 503)
         if self.mode in ("auth", "plain-realm") and request.headers.get("Authorization") != f"Bearer {ISSUED}":
             repository = request.path.removeprefix("/v2/").rpartition("/manifests/")[0]
             realm = f"http://{self.host}/token" if self.mode == "auth" else "http://auth.registry.example/token"
@@ -325,3 +328,18 @@ def test_a_genuine_manifest_answer_counts_as_present() -> None:
     with serving(FaultyRegistry("manifest")) as registry:
         check_driver_images({OLD: f"{registry.host}/nvidia/driver:580-6.8.0-1021-aws-ubuntu22.04"}, timeout=2.0)
     assert [method for method, _, _ in registry.requests] == ["HEAD"]
+
+
+def test_a_missing_image_is_reported_missing_whatever_another_registry_answers(registry: StandInRegistry) -> None:
+    """One image's 503, asked first, must not turn another's 404 into "not verified"."""
+    failing = registry.image(OLD, present=False)
+    reference = ImageReference.parse(failing)
+    registry.down.add(f"/v2/{reference.repository}/manifests/{reference.tag}")
+    absent = registry.image(NEW, present=False)
+
+    with pytest.raises(PreflightError) as raised:
+        check_driver_images({OLD: failing, NEW: absent}, timeout=2)
+
+    assert not isinstance(raised.value, RegistryUnreachable), str(raised.value)
+    assert raised.value.missing == {absent} and raised.value.unverified == {failing}
+    assert f"driver image {absent} for kernel {NEW.kernel}" in str(raised.value) and "HTTP 503" in str(raised.value)

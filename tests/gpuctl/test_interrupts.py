@@ -1,0 +1,105 @@
+"""SIGTERM and SIGINT end gpuctl promptly, in one line, with 128 + the signal, leaving an earlier render intact."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuctl.cli import ROOT
+
+# Stand-ins for the program where a signal used to leave gpuctl waiting forever or printing a traceback: code that
+# swallows the unwinding, code that turns it into an error of its own (as the SDK's runtime did), and an output
+# that never resolves, which the mock runtime's final wait waits for.
+STALLS = {
+    "converting": """
+def build(*args, **kwargs):
+    started.write_text("stalled")
+    try:
+        time.sleep(60)
+    except BaseException:
+        raise RuntimeError("the runtime's own error for the interrupted program") from None
+""",
+    "swallowing": """
+def build(*args, **kwargs):
+    started.write_text("stalled")
+    while True:
+        try:
+            time.sleep(0.05)
+        except BaseException:
+            pass
+""",
+    "final-wait": """
+def build(*args, **kwargs):
+    import asyncio
+    import pulumi
+    pulumi.export("never", pulumi.Output.from_input(asyncio.get_event_loop().create_future()))
+    started.write_text("stalled")
+""",
+}
+DRIVER = """
+import sys, time
+from pathlib import Path
+from stacks import program
+started = Path(sys.argv[1])
+{stall}
+program.build = build
+sys.argv = ["gpuctl", *sys.argv[2:]]
+from gpuctl.__main__ import run
+run()
+"""
+
+
+def stalled(tmp_path: Path, stall: str, *command: str) -> tuple[subprocess.Popen, Path]:
+    started = tmp_path / "started"
+    process = subprocess.Popen([sys.executable, "-c", DRIVER.format(stall=STALLS[stall]), str(started), *command],
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not started.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the stand-in program never ran"
+        time.sleep(0.05)
+    return process, started
+
+
+def snapshot(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("stall", ["swallowing", "final-wait"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_ends_a_stalled_render_promptly_and_keeps_the_earlier_render(tmp_path, stall: str,
+                                                                            signum: int) -> None:
+    out = tmp_path / "render" / "out"
+    subprocess.run([sys.executable, "-m", "gpuctl", "render", "--stack", "dev", "--offline", "--out", str(out)],
+                   cwd=ROOT, check=True, capture_output=True)
+    before = snapshot(out)
+    process, _ = stalled(tmp_path, stall, "render", "--stack", "dev", "--offline", "--out", str(out))
+
+    sent = time.monotonic()
+    process.send_signal(signum)
+    try:
+        stdout, stderr = process.communicate(timeout=15)
+    finally:
+        process.kill()
+
+    assert process.returncode == 128 + signum and time.monotonic() - sent < 10
+    word = "terminated" if signum == signal.SIGTERM else "interrupted"
+    assert stderr == f"error: {word}; nothing was changed\n" and stdout == ""
+    assert snapshot(out) == before and [p.name for p in out.parent.iterdir()] == ["out"]
+
+
+def test_sigint_during_preview_prints_one_line_and_no_traceback(tmp_path) -> None:
+    process, _ = stalled(tmp_path, "converting", "preview", "--stack", "dev", "--offline")
+
+    process.send_signal(signal.SIGINT)
+    try:
+        stdout, stderr = process.communicate(timeout=15)
+    finally:
+        process.kill()
+
+    assert process.returncode == 130 and stderr == "error: interrupted; nothing was changed\n" and stdout == ""
