@@ -1,5 +1,5 @@
 """components.tenant_network: tenant networks as NetworkAttachmentDefinitions, the network fence's CEL, and the
-README's training job through both admission policies and the policy pack."""
+docs/tuning.md's training job through both admission policies and the policy pack."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def admit(pod: dict[str, Any], namespace: str = "vision", tenant_class: str = la
 
 
 def readme_jobs() -> list[dict[str, Any]]:
-    section = (ROOT / "README.md").read_text().split("### A training job", 1)[1]
+    section = (ROOT / "docs" / "tuning.md").read_text().split("## A training job", 1)[1]
     return [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", section, re.DOTALL)[:1]]
 
 
