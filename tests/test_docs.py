@@ -3,7 +3,9 @@
 The fenced code blocks are read with markdown-it, so a new page needs no change here. The convention
 (docs/README.md): a ```sh block is run, each command must exit 0 or the code its trailing `# exit N` names;
 a command that .ci/run runs (make test, make e2e) is CI's own, and is checked to be there rather than run again
-(running it here would run this test inside itself). ```text, ```mermaid and ```markdown blocks are not run;
+(running it here would run this test inside itself). A ```text output block shows what the sh block before it
+prints: its lines must appear in that output, in order ("..." for lines left out). ```text, ```mermaid and
+```markdown blocks are not run;
 ```json blocks must parse; ```yaml blocks must parse, and one with a top-level `config:` is a stack file that
 must pass stacks/config.py as `gpuctl render` reads it.
 
@@ -34,6 +36,7 @@ from stacks.config import PROJECT, ConfigError, parse_stack_config
 from tests.conftest import ROOT
 
 RUN, NOT_RUN = "sh", {"text", "mermaid", "markdown", "json", "yaml"}
+OUTPUT = "text output"  # what the sh block before it prints, "..." for lines left out
 TIMEOUT = 300  # seconds a block may take
 EXPECTED = re.compile(r"#\s*exit\s+(\d+)\s*$")
 HEREDOC = re.compile(r"<<-?\s*'?([A-Za-z_]+)'?")
@@ -97,7 +100,7 @@ SH = [block for block in ALL if block.lang == RUN]
 
 
 def test_every_block_says_whether_it_runs() -> None:
-    unlabelled = [f"{block.id} ```{block.lang}" for block in ALL if block.lang not in {RUN, *NOT_RUN}]
+    unlabelled = [f"{block.id} ```{block.lang}" for block in ALL if block.lang not in {RUN, OUTPUT, *NOT_RUN}]
     assert not unlabelled, f"label each block sh (run by this test) or one of {sorted(NOT_RUN)}: {unlabelled}"
 
 
@@ -207,6 +210,37 @@ def script_of(block: Block) -> str:
     return "set -o pipefail\n" + "\n".join(steps) + "\n"
 
 
+def outputs_after(block: Block) -> list[Block]:
+    """The `text output` blocks that follow a sh block on its page, up to the next sh block."""
+    page = [other for other in ALL if other.page == block.page and other.line > block.line]
+    shown = []
+    for other in page:
+        if other.lang == RUN:
+            break
+        if other.lang == OUTPUT:
+            shown.append(other)
+    return shown
+
+
+def missing_lines(example: str, printed: str) -> list[str]:
+    """The example's lines ("..." skips any) that the output does not print, in this order."""
+    printed_lines, at, missing = [line.rstrip() for line in printed.splitlines()], 0, []
+    for line in (line.rstrip() for line in example.splitlines()):
+        if line == "...":
+            continue
+        try:
+            at = printed_lines.index(line, at) + 1
+        except ValueError:
+            missing.append(line)
+    return missing
+
+
+def test_output_examples_are_compared_in_order() -> None:
+    assert missing_lines("a\n...\nc\n", "a\nb\nc\n") == []
+    assert missing_lines("c\n...\na\n", "a\nb\nc\n") == ["a"]
+    assert missing_lines("a\nx\n", "a\nb\n") == ["x"]
+
+
 @pytest.mark.parametrize("page", sorted({block.page for block in SH}))
 def test_commands_run_as_documented(page: str, checkout_files: list[str], tmp_path: Path) -> None:
     """A page's sh blocks run in order in one copy, as a reader follows the page: a block may use what an earlier
@@ -222,3 +256,6 @@ def test_commands_run_as_documented(page: str, checkout_files: list[str], tmp_pa
         except subprocess.TimeoutExpired:
             pytest.fail(f"{block.id}: still running after {TIMEOUT} s")
         assert result.returncode == 0, f"{result.stderr[-3000:]}\n--- stdout ---\n{result.stdout[-3000:]}"
+        for example in outputs_after(block):
+            missing = missing_lines(example.text, result.stdout)
+            assert not missing, f"{example.id}: {block.id} no longer prints {missing[:3]}; update the example"
