@@ -182,7 +182,8 @@ def copy_of_checkout(files: list[str], into: Path) -> Path:
     for name in files:
         (into / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, into / name)  # mtimes kept: make sees the shared .venv up to date
-    git = ["git", "-c", "user.name=docs", "-c", "user.email=docs@example.invalid", "-c", "init.defaultBranch=main"]
+    git = ["git", "-c", "user.name=docs", "-c", "user.email=docs@example.invalid", "-c", "init.defaultBranch=main",
+           "-c", "commit.gpgsign=false"]
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "--no-verify", "-m", "the checkout"],
                  ["update-ref", "refs/remotes/origin/main", "HEAD"]):
         subprocess.run([*git, *args], cwd=into, check=True, capture_output=True)
