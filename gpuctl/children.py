@@ -84,5 +84,5 @@ class Child:
 
 def wait_all(children: Sequence[Child]) -> None:
     """Wait until every child has exited (a signal to gpuctl interrupts the wait as it would a render)."""
-    while any(child.poll() is None for child in children):
+    while None in [child.poll() for child in children]:  # each looked at: one done early is reaped
         time.sleep(POLL)
