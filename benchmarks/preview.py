@@ -25,15 +25,15 @@ ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ("dev", "staging", "prod")
 REPEATS = int(os.environ.get("BENCH_REPEATS", "2"))  # wall times: the best of this many runs
 TENANTS_PER_POOL = 30  # the issue's fleet: 1,200 tenants over 40 pools
-SAMPLE = 0.02  # seconds between samples of the memory of all the processes of a run
+SAMPLE = 0.05  # seconds between samples of the memory of all the processes of a run
 FLOOR = ("import sys; from gpuctl.__main__ import one_shot_collector; from benchmarks.fleet import floor_render; "
          "one_shot_collector(); floor_render(int(sys.argv[1]), int(sys.argv[2]))")
 
 
 @dataclass(frozen=True)
 class Run:
-    """One process run: wall and CPU seconds (all its processes), peak RSS of its largest process and, sampled, of
-    all of them at once (MB)."""
+    """One process run: wall and CPU seconds (all its processes), peak RSS of its largest process and, sampled,
+    the peak memory of all of them at once (proportional set size, MB)."""
 
     wall: float
     cpu: float
@@ -45,17 +45,18 @@ def best(runs: list[Run]) -> Run:
     return Run(*(min(getattr(run, field) for run in runs) for field in ("wall", "cpu", "largest", "together")))
 
 
-def tree_rss(pid: int) -> int:
-    """Resident kB of `pid` and every process under it, now (0 for those gone meanwhile)."""
+def tree_pss(pid: int) -> int:
+    """Resident kB of `pid` and every process under it, now, each page shared by n of them counted 1/n (a fork
+    shares its parent's pages); 0 for those gone meanwhile."""
     total, pending = 0, [pid]
     while pending:
         current = pending.pop()
         try:
-            status = Path(f"/proc/{current}/status").read_text()
+            rollup = Path(f"/proc/{current}/smaps_rollup").read_text()
             pending += Path(f"/proc/{current}/task/{current}/children").read_text().split()
         except OSError:
             continue
-        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+        total += next((int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:")), 0)
     return total
 
 
@@ -70,7 +71,7 @@ def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> Run:
 
         def sample() -> None:
             while not done.wait(SAMPLE):
-                peak[0] = max(peak[0], tree_rss(process.pid))
+                peak[0] = max(peak[0], tree_pss(process.pid))
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -82,7 +83,7 @@ def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> Run:
         if process.returncode not in (0, 1):
             errors.seek(0)
             raise SystemExit(f"{' '.join(argv)} exited {process.returncode}: {errors.read().decode()[-2000:]}")
-    return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, max(peak[0], usage.ru_maxrss) / 1024)
+    return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, (peak[0] or usage.ru_maxrss) / 1024)
 
 
 def project_repository(work: Path, fleets: dict[str, dict]) -> Path:
@@ -142,7 +143,7 @@ def measure(stack: str, repo: Path, work: Path) -> dict:
 
 HEADER = ("| stack | resources | render s | preview cold s | ratio | preview warm s | ratio | render CPU s "
           "| preview cold CPU s | floor MB | render MB | preview MB (largest process) | ratio "
-          "| preview MB (all processes) | ratio |\n|---|" + "---:|" * 14)
+          "| preview PSS MB (all processes) | ratio to the floor's PSS |\n|---|" + "---:|" * 14)
 
 
 def table_row(row: dict) -> str:
@@ -153,7 +154,7 @@ def table_row(row: dict) -> str:
              f"{cold.wall / render.wall:.2f}", f"{warm.wall:.1f}", f"{warm.wall / render.wall:.2f}",
              f"{render.cpu:.1f}", f"{cold.cpu:.1f}",
              f"{floor.largest:.0f}", f"{render.largest:.0f}", f"{peak:.0f}", f"{peak / floor.largest:.2f}",
-             f"{together:.0f}", f"{together / floor.largest:.2f}"]
+             f"{together:.0f}", f"{together / floor.together:.2f}"]
     return "| " + " | ".join(cells) + " |"
 
 
