@@ -194,8 +194,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=os.environ.get("BENCH_PREVIEW_SIZES", "1000,20000"),
                         help="comma-separated approximate resource counts of the fleets that show growth")
+    parser.add_argument("--fleet", type=int, default=1200 * RESOURCES_PER_TENANT,
+                        help="approximate resource count of the fleet the targets are set for (1,200 tenants)")
     args = parser.parse_args()
-    report([int(size) for size in args.sizes.split(",")])
+    report([int(size) for size in args.sizes.split(",")], args.fleet)
 
 
 if __name__ == "__main__":
