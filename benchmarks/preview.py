@@ -22,7 +22,7 @@ from gpuctl.cli import load_plan
 from stacks.config import PROJECT
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = ("dev", "staging", "prod")
+SHIPPED = tuple(sorted(path.name.removeprefix("Pulumi.").removesuffix(".yaml") for path in ROOT.glob("Pulumi.*.yaml")))
 REPEATS = int(os.environ.get("BENCH_REPEATS", "2"))  # wall times: the best of this many runs
 TENANTS_PER_POOL = 30  # the fleet: 1,200 tenants over 40 pools
 SAMPLE = 0.05  # seconds between samples of the memory of all the processes of a run
