@@ -7,8 +7,8 @@ import os
 import re
 import shutil
 import tempfile
-from pathlib import Path
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
