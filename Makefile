@@ -32,6 +32,7 @@ e2e: setup e2e-tools
 
 bench: setup
 	$(BIN)/python -m benchmarks.fleet
+	$(BIN)/python -m benchmarks.preview
 
 clean:
 	rm -rf build

@@ -11,7 +11,12 @@ times, in this process, with the collector set as the CLI sets it (`one_shot_col
 - diff: `gpuctl diff OLD NEW` of two renders (one tenant's quota changed) against loading both plans;
 - check: `gpuctl check DIR` against loading the plan (diff, check and their floors: the best of 3 runs).
 
+`make bench` then runs benchmarks/preview.py: `gpuctl preview --base HEAD` as a user runs it, in fresh
+processes, on the wall clock, for the shipped stacks and generated fleets (1,200 tenants on 40 pools, and sizes
+for growth), against one `gpuctl render` (time) and these bare ConfigMaps (peak memory).
+
     python -m benchmarks.fleet [--sizes 1000,10000,20000] [--clock cpu|wall]   (BENCH_SIZES=300: smoke run)
+    python -m benchmarks.preview [--sizes 1000,20000]   (benchmarks/preview.py; `make bench` runs both)
 
 Times are this process's CPU time by default (on a shared machine the wall clock also counts other work);
 each command and its floor run back to back, and the garbage of one run is collected, untimed, before the

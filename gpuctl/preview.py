@@ -12,14 +12,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpuctl import check, report, summary
+from gpuctl import basecache, check, report, summary
 from gpuctl import diff as plan_diff
-from gpuctl.cli import (OK, ROOT, VIOLATION, add_format_arguments, add_stack_arguments, console, empty_plan,
-                        observed_nodes, output_format_of, stack_file)
-from gpuctl.render import render_plan
-from gpuctl.stackfile import stack_file_path
-from fleet.kernels import KernelTarget
-from stacks.config import ConfigError
+from gpuctl.children import Child, wait_all
+from gpuctl.cli import (BAD_INPUT, OK, ROOT, VIOLATION, add_format_arguments, add_stack_arguments, console,
+                        empty_plan, observed_nodes, output_format_of, stack_file)
+from gpuctl.render import render_plan, stream_plan
+from gpuctl.stackfile import StackFile, load_stack_file, stack_file_path
+from fleet.kernels import KernelTarget, ObservedNode
+from stacks.config import PROJECT, ConfigError, parse_stack_config
 from stacks.preflight import PreflightError, RegistryUnreachable, check_driver_images
 
 
@@ -30,26 +31,106 @@ def _git(*args: str, cwd: Path = ROOT) -> str:
     return result.stdout.strip()
 
 
-def render_at(ref: str, stack: str, observed_file: str | None) -> dict[str, Any]:
-    """Render the stack with the program and stack file as they are at `ref`, in a scratch folder."""
+def resolve(ref: str) -> str:
+    """The commit `ref` names, or bad input."""
     try:
-        commit = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+        return _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     except ConfigError:
         raise ConfigError(f"--base {ref}: not a commit in this repository; use a branch, tag or commit") from None
+
+
+def render_both(args: argparse.Namespace, head: StackFile,
+                observed: list[ObservedNode] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The plans of the stack at `--base` and in the working tree.
+
+    The base renders with the program and stack file as they are at that commit, in a scratch folder, unless the
+    cache holds its plan. With --jobs 2 the head renders in a fork at the same time, its base kernels (which
+    drivers to keep) read from the base's stack file; when the base's plan says otherwise, the head renders
+    again, so the result is the same either way.
+    """
+    commit = resolve(args.base)
+    observed_json = Path(args.observed_nodes).read_bytes() if args.observed_nodes else None
+    entry = None if args.no_cache else basecache.key(_git("ls-tree", commit), args.stack, observed_json)
+    old = basecache.read(entry) if entry else None
+    online = not args.offline
     with tempfile.TemporaryDirectory(prefix="gpuctl-base-") as scratch:
-        tree = Path(scratch) / "tree"
-        _extract(commit, tree)
-        if not stack_file_path(tree, stack).is_file():
-            return empty_plan(stack)
-        out = Path(scratch) / "plan"
-        command = [sys.executable, "-m", "gpuctl", "render", "--stack", stack, "--out", str(out), "--offline"]
-        if observed_file:
-            command += ["--observed-nodes", str(Path(observed_file).resolve())]
-        result = subprocess.run(command, cwd=tree, capture_output=True, text=True)
-        if result.returncode != 0:
-            reason = (result.stderr.strip().splitlines() or ["it failed"])[-1]
-            raise ConfigError(f"--base {ref}: the stack does not render there: {reason}")
-        return json.loads((out / "plan.json").read_text())
+        work = Path(scratch)
+        children: list[Child] = []
+        try:
+            previous = base_kernels(old) if old is not None else None
+            if old is None:
+                _extract(commit, work / "tree")
+                if stack_file_path(work / "tree", args.stack).is_file():
+                    children.append(_start_base(args, work))
+                    previous = _declared_kernels(work / "tree", args.stack, observed)
+                else:
+                    old, previous = empty_plan(args.stack), []
+            if args.jobs > 1 and previous is not None:
+                children.append(Child.fork(lambda: _render_head(head, observed, online, previous, work / "head")))
+            wait_all(children)
+            if old is None:
+                old = _base_plan(children[0], args.base, work, entry)
+            if args.jobs > 1 and previous is not None:
+                new = _head_plan(children[-1], work / "head")
+                if set(previous) == set(base_kernels(old)):
+                    return old, new
+            return old, render_plan(head, observed, online=online, previous=base_kernels(old))
+        finally:
+            for child in children:
+                child.kill()
+
+
+def _start_base(args: argparse.Namespace, work: Path) -> Child:
+    """`gpuctl render` of the base revision, as that revision's gpuctl does it, into work/plan."""
+    command = [sys.executable, "-m", "gpuctl", "render", "--stack", args.stack, "--out", str(work / "plan"),
+               "--offline"]
+    if args.observed_nodes:
+        command += ["--observed-nodes", str(Path(args.observed_nodes).resolve())]
+    return Child.command(command, cwd=work / "tree", stderr=work / "base.stderr")
+
+
+def _base_plan(child: Child, ref: str, work: Path, entry: str | None) -> dict[str, Any]:
+    if child.returncode != 0:
+        reason = ((work / "base.stderr").read_text(errors="replace").strip().splitlines() or ["it failed"])[-1]
+        raise ConfigError(f"--base {ref}: the stack does not render there: {reason}")
+    if entry:
+        basecache.write(entry, work / "plan" / "plan.json")
+    with open(work / "plan" / "plan.json", "rb") as plan:
+        return json.load(plan)
+
+
+def _declared_kernels(tree: Path, stack: str, observed: list[ObservedNode] | None) -> list[KernelTarget] | None:
+    """The kernels the base's plan will most likely list (what its stack file declares and the nodes run), read
+    with this revision's code; None when this code cannot read that stack file."""
+    try:
+        values = load_stack_file(stack_file_path(tree, stack), stack).config
+        config = parse_stack_config({key.removeprefix(f"{PROJECT}:"): value for key, value in values.items()
+                                     if key.startswith(f"{PROJECT}:")})
+    except ConfigError:
+        return None
+    return sorted(config.declared_kernels | {node.target for node in observed or ()})
+
+
+def _render_head(head: StackFile, observed: list[ObservedNode] | None, online: bool,
+                 previous: list[KernelTarget], out: Path) -> int:
+    """In the forked child: render the head and stream its plan to `out`; bad input goes to out.error (exit 2)."""
+    try:
+        plan = render_plan(head, observed, online=online, previous=previous)
+    except ConfigError as error:
+        out.with_suffix(".error").write_text(str(error))
+        return BAD_INPUT
+    with open(out, "w") as stream:
+        stream_plan(plan, stream)
+    return OK
+
+
+def _head_plan(child: Child, out: Path) -> dict[str, Any]:
+    if child.returncode == BAD_INPUT and out.with_suffix(".error").is_file():
+        raise ConfigError(out.with_suffix(".error").read_text())
+    if child.returncode != OK:
+        raise RuntimeError(f"rendering the working tree's stack failed (exit {child.returncode}); see above")
+    with open(out, "rb") as plan:
+        return json.load(plan)
 
 
 def _extract(commit: str, tree: Path) -> None:
@@ -109,8 +190,11 @@ def run(args: argparse.Namespace) -> int:
     if args.base is not None and not args.base.strip():  # an unset CI variable: not "diff against nothing"
         raise ConfigError("--base: empty; pass a branch, tag or commit, or leave --base out to preview a new "
                           "deployment")
-    old = render_at(args.base, args.stack, args.observed_nodes) if args.base else empty_plan(args.stack)
-    new = render_plan(stack_file(args), observed, online=not args.offline, previous=base_kernels(old))
+    head = stack_file(args)
+    if args.base:
+        old, new = render_both(args, head, observed)
+    else:
+        old, new = empty_plan(args.stack), render_plan(head, observed, online=not args.offline)
     checked, statuses, missing = preflight_images(new, args.offline)
     changes = plan_diff.diff_plans(old, new)
     plan_diff.refuse_driver_removal(changes, observed or [])
@@ -146,4 +230,9 @@ def register(commands) -> None:
     add_format_arguments(parser)
     parser.add_argument("--offline", action="store_true", help="skip the registry preflight and live discovery")
     parser.add_argument("--policy-config", metavar="FILE", help="policy pack config (JSON), as for `gpuctl check`")
+    parser.add_argument("--jobs", type=int, choices=(1, 2), default=2,
+                        help="2 (default): render the base and the head at once, in two processes; 1: in turn, "
+                             "with half the memory in use at a time")
+    parser.add_argument("--no-cache", action="store_true",
+                        help=f"render the base even when the cache ({basecache.folder()}) holds its plan")
     parser.set_defaults(run=run)

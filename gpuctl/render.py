@@ -7,8 +7,9 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import yaml
 
@@ -63,13 +64,25 @@ def preflight(plan: dict[str, Any], offline: bool) -> str:
 
 def manifests(plan: dict[str, Any]) -> list[dict[str, Any]]:
     """Every Kubernetes object of the plan, as it would be sent to the API server."""
-    objects = []
+    return list(each_manifest(plan))
+
+
+def each_manifest(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The objects of `manifests`, one at a time: each is made when it is needed and can go once written."""
     for resource in plan["resources"]:
         if resource["custom"] and KUBERNETES_TYPE.match(resource["type"]) and resource["type"] != HELM_RELEASE:
             inputs = resource["inputs"]
             head = {key: inputs[key] for key in ("apiVersion", "kind", "metadata") if key in inputs}
-            objects.append({**head, **inputs})
-    return objects
+            yield {**head, **inputs}
+
+
+def stream_plan(plan: dict[str, Any], stream: TextIO) -> None:
+    """The plan as compact JSON, written one resource at a time (no copy of the whole document in memory)."""
+    stream.write('{"project": %s, "stack": %s, "resources": [' % (json.dumps(plan["project"]),
+                                                                    json.dumps(plan["stack"])))
+    for index, resource in enumerate(plan["resources"]):
+        stream.write(("," if index else "") + json.dumps(resource))
+    stream.write('], "outputs": %s}' % json.dumps(plan["outputs"]))
 
 
 def manifest_filename(manifest: dict[str, Any]) -> str:
@@ -78,7 +91,7 @@ def manifest_filename(manifest: dict[str, Any]) -> str:
     return "-".join(part for part in parts if part).lower().replace(":", "-") + ".yaml"
 
 
-def schema_errors(objects: list[dict[str, Any]], kubernetes_version: str) -> list[str]:
+def schema_errors(objects: Iterable[dict[str, Any]], kubernetes_version: str) -> list[str]:
     """Validate core objects against the official OpenAPI schema of this Kubernetes version (CRDs are skipped)."""
     version = f"{kubernetes_version}.0"
     errors = []
@@ -175,17 +188,18 @@ def write_render(plan: dict[str, Any], out: Path, announce: Callable[[int], None
     with interrupts.scratch(staged) as staging:
         retired = staging.with_name(staging.name + "-old")
         try:
-            (staging / "plan.json").write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
+            with open(staging / "plan.json", "w") as stream:  # streamed: the text is never whole in memory
+                json.dump(plan, stream, indent=2, sort_keys=True)
+                stream.write("\n")
             (staging / "manifests").mkdir()
-            objects = manifests(plan)
             written = ["plan.json"]
-            for manifest in objects:
+            for manifest in each_manifest(plan):
                 written.append(f"manifests/{manifest_filename(manifest)}")
                 (staging / written[-1]).write_text(dump_yaml(manifest))
             (staging / MARKER).write_text("\n".join([MARKER_HEAD, *written]) + "\n")
         except OSError as error:
             raise ConfigError(f"--out {out}: {error.strerror}; the previous content is unchanged") from None
-        announce(len(objects))
+        announce(len(written) - 1)
         with interrupts.shielded():
             try:
                 if target.exists():
@@ -197,14 +211,14 @@ def write_render(plan: dict[str, Any], out: Path, announce: Callable[[int], None
                 if retired.exists() and not target.exists():
                     retired.rename(target)
                 shutil.rmtree(retired, ignore_errors=True)
-    return len(objects)
+    return len(written) - 1
 
 
 def run(args: argparse.Namespace) -> int:
     check_out(Path(args.out))
     plan = render_plan(stack_file(args), observed_nodes(args.observed_nodes), online=not args.offline)
     checked = preflight(plan, args.offline)
-    errors = schema_errors(manifests(plan), plan["outputs"]["kubernetesVersion"])
+    errors = schema_errors(each_manifest(plan), plan["outputs"]["kubernetesVersion"])
     if errors:
         for error in errors:
             print(f"schema: {error}", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -214,3 +215,61 @@ def test_with_a_node_inventory_the_driver_no_node_runs_is_deleted(edit_prod, tmp
     assert document["keptDrivers"] == []
     assert [step["name"] for step in document["steps"] if step["op"] == "delete"] == [
         "driver-ubuntu22-04-6-8-0-1019-aws"]
+
+
+def test_the_output_is_the_same_with_and_without_the_cache_and_concurrency(edit_prod, base_plan_cache):
+    """The kernel leaving the config makes the head depend on the base (its driver is kept): the head renders
+    while the base does, from what the base's stack file declares, and the result must not tell."""
+    repo = edit_prod(f"kernel: {LONE_KERNEL}", f"kernel: {NEW_KERNEL}")
+    serial = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline", "--jobs", "1", "--no-cache")
+    assert serial.returncode == 0, serial.stderr
+    assert "kept: the driver for ubuntu22.04/6.8.0-1019-aws" in serial.stdout
+    assert list(base_plan_cache.iterdir()) == []
+
+    cold = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline")
+    assert len(list(base_plan_cache.glob("*.json"))) == 1
+    warm = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline")
+    (entry,) = base_plan_cache.glob("*.json")
+    entry.write_bytes(entry.read_bytes()[:-100])  # a truncated entry is not trusted, and is written again
+    corrupted = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline")
+
+    for run in (cold, warm, corrupted):
+        assert (run.returncode, run.stdout, run.stderr) == (serial.returncode, serial.stdout, serial.stderr)
+    assert len(entry.read_bytes()) > 100 and json.loads(entry.read_bytes().split(b"\n", 1)[1])["stack"] == "prod"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="watches the preview's children through /proc")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["term", "int", "kill"])
+def test_a_stopped_preview_takes_both_renders_with_it(repo, tmp_path, signum) -> None:
+    # Ctrl-C as a terminal sends it: Python ignores SIGINT when started with it ignored (a background job's)
+    process = subprocess.Popen([sys.executable, "-m", "gpuctl", "preview", "--stack", "prod", "--base", "HEAD",
+                                "--offline"], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "TMPDIR": str(tmp_path)},
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    children: list[str] = []
+    deadline = time.monotonic() + 120
+    while len(children) < 2 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+        with contextlib.suppress(OSError):
+            children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+    assert len(children) == 2, "the preview did not render the base and the head at once"
+
+    started = time.monotonic()
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=60)
+    while any(_alive(int(child)) for child in children) and time.monotonic() < started + 10:
+        time.sleep(0.05)
+
+    assert not [child for child in children if _alive(int(child))], "a render outlived the preview"
+    assert process.returncode == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signum)
+    assert time.monotonic() - started < 10, f"{time.monotonic() - started:.1f} s, {stderr}"
+    if signum != signal.SIGKILL:
+        assert len(stderr.strip().splitlines()) <= 1, stderr
+        assert list(tmp_path.iterdir()) == []
