@@ -73,6 +73,18 @@ class TenantQuotaArgs:
     protect: bool = True  # the engine refuses to delete a protected namespace: removal takes `retired: true` first
 
 
+QUOTA_ENFORCED = "jsonpath={.status.hard}"
+QUOTA_WAIT_SECONDS = 120  # the controller manager's quota controller writes the status within seconds
+
+
+def quota_metadata(name: str, namespace: str) -> dict:
+    """A quota's metadata: `pulumi up` waits for its status.hard. The API server's quota admission enforces only
+    what a quota's status lists (the controller manager fills it in after the quota is created); until then a
+    pod of any size is admitted (plugin/pkg/admission/resourcequota, CheckRequest reads status.hard)."""
+    return metadata(name, namespace, annotations={labels.WAIT_FOR: QUOTA_ENFORCED,
+                                                  labels.TIMEOUT_SECONDS: str(QUOTA_WAIT_SECONDS)})
+
+
 class TenantQuota(pulumi.ComponentResource):
     """Namespace with pod security, GPU and compute quotas, a LimitRange, a fence, and its group's RoleBinding.
 
@@ -97,20 +109,24 @@ class TenantQuota(pulumi.ComponentResource):
             "pod-security.kubernetes.io/warn": "restricted",
         }), opts=pulumi.ResourceOptions.merge(child_options(self, opts), pulumi.ResourceOptions(protect=args.protect)))
         child = child_options(self, opts, namespace)
-        k8s.core.v1.ResourceQuota(f"{name}-gpu-quota", metadata=metadata("gpu-quota", args.name), spec={
-            "hard": {labels.GPU_QUOTA_KEY: str(args.gpus)}}, opts=child)
-        # CPU pods count too: without this they could fill the GPU nodes a tenant's quota does not cover.
-        k8s.core.v1.ResourceQuota(f"{name}-compute-quota", metadata=metadata("compute-quota", args.name), spec={
-            "hard": {"requests.cpu": args.cpu, "requests.memory": args.memory, "pods": str(args.pods)}}, opts=child)
+        quotas = [
+            k8s.core.v1.ResourceQuota(f"{name}-gpu-quota", metadata=quota_metadata("gpu-quota", args.name), spec={
+                "hard": {labels.GPU_QUOTA_KEY: str(args.gpus)}}, opts=child),
+            # CPU pods count too: without this they could fill the GPU nodes a tenant's quota does not cover.
+            k8s.core.v1.ResourceQuota(f"{name}-compute-quota", metadata=quota_metadata("compute-quota", args.name),
+                                      spec={"hard": {"requests.cpu": args.cpu, "requests.memory": args.memory,
+                                                     "pods": str(args.pods)}}, opts=child),
+        ]
         scoped = [("system-priority", labels.SYSTEM_PRIORITY_CLASSES, {"pods": "0"})]
         if args.priority_class == labels.LOW_PRIORITY_CLASS:
             scoped.append(("high-priority-gpus", [labels.HIGH_PRIORITY_CLASS], {labels.GPU_QUOTA_KEY: "0"}))
         for suffix, classes, hard in scoped:
-            k8s.core.v1.ResourceQuota(f"{name}-{suffix}", metadata=metadata(suffix, args.name), spec={
-                "hard": hard,
-                "scopeSelector": {"matchExpressions": [
-                    {"scopeName": "PriorityClass", "operator": "In", "values": classes}]},
-            }, opts=child)
+            quotas.append(k8s.core.v1.ResourceQuota(
+                f"{name}-{suffix}", metadata=quota_metadata(suffix, args.name), spec={
+                    "hard": hard,
+                    "scopeSelector": {"matchExpressions": [
+                        {"scopeName": "PriorityClass", "operator": "In", "values": classes}]},
+                }, opts=child))
         # No nvidia.com/gpu here: a Container limit range defaults its entries onto every container, and a GPU
         # request on a CPU pod would consume quota or, through ExtendedResourceToleration, let it onto GPU nodes.
         k8s.core.v1.LimitRange(f"{name}-limits", metadata=metadata("default-limits", args.name), spec={"limits": [{
@@ -135,7 +151,9 @@ class TenantQuota(pulumi.ComponentResource):
                   for cidr, metadata_service in labels.METADATA_SERVICE_CIDRS.items()),
             ]}],
         }, opts=child)
+        # Members get in only once every quota is enforced (see quota_metadata).
         k8s.rbac.v1.RoleBinding(f"{name}-members", metadata=metadata(f"{args.name}-members", args.name), subjects=[
             {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": args.group}],
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": args.role}, opts=child)
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": args.role},
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=quotas)))
         self.register_outputs({"namespace": self.namespace, "gpus": self.gpus})

@@ -111,6 +111,12 @@ def applied(request, tools, tmp_path_factory) -> Iterator[Applied]:
                  "every kwok node Ready", timeout=60)
         applied = Applied(stack, plane, admin)
         apply_stack(applied)
+        # What `pulumi up` waits for before binding a tenant's members (pulumi.com/waitFor on each quota): the
+        # controller manager has written the quota's status, which is all the quota admission enforces.
+        for obj in [obj for obj in stack.objects() if obj["kind"] == "ResourceQuota"]:
+            name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
+            wait_for(lambda: (admin.get("v1", "ResourceQuota", name, namespace) or {}).get("status", {}).get("hard"),
+                     f"quota {namespace}/{name} enforced", timeout=60)
         # The controller manager at work: the default ServiceAccount of every namespace (pods need it).
         for namespace in [obj["metadata"]["name"] for obj in stack.objects() if obj["kind"] == "Namespace"]:
             wait_for(lambda: admin.get("v1", "ServiceAccount", "default", namespace), f"{namespace}/default", 30)

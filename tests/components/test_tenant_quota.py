@@ -224,3 +224,15 @@ def test_trusted_namespaces_are_left_out_of_the_gpu_guard() -> None:
     config["gpu-platform:cluster"]["trustedNamespaces"] = ["logging"]
     binding = render_stack("prod", config).manifest("ValidatingAdmissionPolicyBinding", "gpu-platform-gpu-guard")
     assert "logging" in binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][1]["values"]
+
+
+def test_members_are_bound_only_once_every_quota_is_enforced(prod_plan: Plan) -> None:
+    # Quota admission enforces what a quota's status lists: `pulumi up` waits for it (pulumi-kubernetes
+    # pulumi.com/waitFor) before the tenant's group gets in, so no pod is admitted unbounded in between.
+    quotas = [r for r in prod_plan.resources if r["type"] == "kubernetes:core/v1:ResourceQuota"
+              and r["inputs"]["metadata"]["namespace"] == "analytics"]
+    assert len(quotas) == 4
+    for quota in quotas:
+        assert quota["inputs"]["metadata"]["annotations"][labels.WAIT_FOR] == "jsonpath={.status.hard}"
+    binding = prod_plan.object("RoleBinding", "analytics-members", "analytics")
+    assert {quota["urn"] for quota in quotas} <= set(binding["dependencies"])
