@@ -130,7 +130,10 @@ func (h *host) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pulumirpc.R
 		}
 	}
 	args = append(append(args, program), req.GetArgs()...)
-	config, err := json.Marshal(req.GetConfig())
+	config, err := json.Marshal(map[string]string{})
+	if req.GetConfig() != nil {
+		config, err = json.Marshal(req.GetConfig())
+	}
 	if err != nil {
 		return nil, err
 	}
