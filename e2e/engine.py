@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -83,12 +84,17 @@ class Engine:
 
     def run(self, *args: str, timeout: float = PREVIEW_SECONDS, check: bool = True) -> subprocess.CompletedProcess:
         command = [str(BIN / "pulumi"), *args, "--non-interactive"]
-        try:
-            result = subprocess.run(command, cwd=self.project, env=self.env, capture_output=True, text=True,
-                                    timeout=timeout)
-        except subprocess.TimeoutExpired as expired:
-            output = (expired.stdout or b"").decode() + (expired.stderr or b"").decode()
-            raise EngineError(f"`pulumi {' '.join(args)}` ran over {timeout} s:\n{_tail(output)}") from None
+        # Its own process group, so that a command over its bound is stopped with its plugins.
+        with subprocess.Popen(command, cwd=self.project, env=self.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True) as process:
+            try:
+                stdout, stderr = process.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                stdout, stderr = process.communicate()
+                raise EngineError(f"`pulumi {' '.join(args)}` ran over {timeout} s:\n{_tail(stdout + stderr)}") \
+                    from None
+        result = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
         if check and result.returncode != 0:
             raise EngineError(f"`pulumi {' '.join(args)}` exited {result.returncode}:\n"
                               f"{_tail(result.stdout)}\n{_tail(result.stderr)}")
