@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build the real parts of the end-to-end suite from their published Go modules, pinned by the wrapper modules
-# beside this script (etcd/, kwok/, promtool/, k8s/: go.mod + go.sum), into a git-ignored tool folder:
+# beside this script (etcd/, kwok/, promtool/, k8s/, pulumi/, pulumi-language-python/, pulumi-kubernetes/: go.mod +
+# go.sum, and our own main package where the upstream one cannot be built), into a git-ignored tool folder:
 #   e2e/tools/build.sh [BIN_DIR]      (default: .e2e-cache/bin in the project)
-# A tool is rebuilt only when its pins, this script or the Go version change (a stamp per tool records them), so
+# A tool is rebuilt only when its pins, its Go files, this script or the Go version change (a stamp per tool), so
 # a warm run returns in seconds. Go's own module and build caches stay where Go keeps them, shared by every
 # clone on the machine. Nothing is downloaded but Go modules from the module proxy.
 set -euo pipefail
@@ -29,7 +30,8 @@ build() {
   while [ "$1" != "--" ]; do outputs+=("$1"); shift; done
   shift; args=("$@")
   local stamp
-  stamp=$(cat "$here/$tool/go.mod" "$here/$tool/go.sum" "$0" | sha256sum | cut -c1-16)-$(go env GOVERSION)
+  stamp=$(cat "$here/$tool/go.mod" "$here/$tool/go.sum" $(find "$here/$tool" -name '*.go' | sort) "$0" \
+    | sha256sum | cut -c1-16)-$(go env GOVERSION)
   local have=1
   for out in "${outputs[@]}"; do [ -x "$bin/$out" ] || have=0; done
   if [ "$have" = 1 ] && [ "$(cat "$bin/.$tool.stamp" 2>/dev/null)" = "$stamp" ]; then
@@ -64,3 +66,47 @@ build promtool promtool -- -ldflags "-s -w -X github.com/prometheus/common/versi
 build k8s kube-apiserver kube-controller-manager kube-scheduler -- -ldflags "$k8s_ldflags" -o "$bin/" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler
+
+# The Pulumi engine: the CLI of the release pulumi/go.mod pins, stamped with that release as its release build does
+# (pulumi's .goreleaser.yml: -X .../version.Version=v<release>, tags osusergo,grpcnotrace).
+pulumi=$(cd "$here/pulumi" && go list -m -f '{{.Version}}' github.com/pulumi/pulumi/pkg/v3)
+build pulumi pulumi -- -tags osusergo,grpcnotrace \
+  -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$pulumi" \
+  -o "$bin/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
+# Its Python language host is ours (the release's host module is not served): it runs the exec script of the same
+# release's sdk/v3 module, installed beside it where the engine's host looks for it.
+sdk=$(cd "$here/pulumi-language-python" && go list -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/v3)
+install -m 0755 "$sdk/python/cmd/pulumi-language-python-exec" "$bin/pulumi-language-python-exec"
+build pulumi-language-python pulumi-language-python -- -ldflags "-s -w -X main.version=${pulumi#v}" \
+  -o "$bin/pulumi-language-python" ./cmd/pulumi-language-python
+
+# The Kubernetes provider. Its module has no release tags: release 4.25.0 is tag v4.25.0 = commit f47bc2d6f199,
+# required at that commit's pseudo-version. The engine loads the provider version the Python SDK asks for, so the
+# lock must pin the same pulumi-kubernetes release.
+k8s_provider=4.25.0
+k8s_provider_commit=f47bc2d6f199
+module=$(cd "$here/pulumi-kubernetes" && go list -m -f '{{.Version}} {{.Dir}}' \
+  github.com/pulumi/pulumi-kubernetes/provider/v4)
+if [[ "${module%% *}" != *-"$k8s_provider_commit" ]] \
+  || ! grep -qx "pulumi-kubernetes==$k8s_provider" "$here/../../requirements.lock"; then
+  echo "e2e tools: pulumi-kubernetes/go.mod must pin commit $k8s_provider_commit (release $k8s_provider) and" \
+    "requirements.lock pulumi-kubernetes==$k8s_provider; change both together" >&2
+  exit 2
+fi
+# Its main package embeds files its own build generates (generate.go): the committed schema with the release as
+# its version, and the minified Terraform mapping. Generated from the module into git-ignored files, as that does.
+cmd=$here/pulumi-kubernetes/cmd/pulumi-resource-kubernetes
+python3 - "${module#* }/cmd/pulumi-resource-kubernetes" "$cmd" "$k8s_provider" <<'PY'
+import json, pathlib, sys
+source, target, version = map(pathlib.Path, sys.argv[1:])
+schema = json.loads((source / "schema.json").read_text())
+schema["version"] = str(version)
+for name, data in {"schema-embed.json": schema,
+                   "terraform-mapping-embed.json": json.loads((source / "terraform-mapping.json").read_text())}.items():
+    text = json.dumps(data, separators=(",", ":"))
+    if not (target / name).is_file() or (target / name).read_text() != text:
+        (target / name).write_text(text)
+PY
+build pulumi-kubernetes pulumi-resource-kubernetes -- \
+  -ldflags "-s -w -X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$k8s_provider" \
+  -o "$bin/pulumi-resource-kubernetes" ./cmd/pulumi-resource-kubernetes

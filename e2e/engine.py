@@ -1,0 +1,149 @@
+"""The real Pulumi engine, built by e2e/tools/build.sh, run on a project folder against a local control plane.
+
+Everything it keeps is in one temporary folder: its PULUMI_HOME (with the built Kubernetes provider installed as
+the version the project's `pulumi_kubernetes` asks for), a file backend and passphrase-encrypted secrets. Nothing is
+downloaded: automatic plugin acquisition and update checks are off, and only the plugins installed here are used.
+Every command is bounded in time; a failure raises EngineError with the command and the end of its output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from e2e.cluster import BIN
+
+BINARIES = ("pulumi", "pulumi-language-python", "pulumi-language-python-exec", "pulumi-resource-kubernetes")
+PASSPHRASE = "e2e-only-passphrase"
+# Bounds of one command: a preview reads the cluster; an update also waits for what it changes to be ready.
+PREVIEW_SECONDS = 300
+UPDATE_SECONDS = 600
+TAIL_LINES = 40
+
+
+class EngineError(AssertionError):
+    """A pulumi command failed (or outlived its bound): the command and the end of what it printed."""
+
+
+def missing_tools() -> list[str]:
+    return [name for name in BINARIES if not os.access(BIN / name, os.X_OK)]
+
+
+def kubernetes_plugin_version() -> str:
+    """The provider version the installed `pulumi_kubernetes` asks the engine for (its pulumi-plugin.json)."""
+    plugin = json.loads(resources.files("pulumi_kubernetes").joinpath("pulumi-plugin.json").read_text())
+    return plugin["version"]
+
+
+def _tail(text: str) -> str:
+    return "\n".join(text.rstrip().splitlines()[-TAIL_LINES:])
+
+
+@dataclass
+class Engine:
+    """The engine on one project folder (Pulumi.yaml), with its own home, state and secrets under `folder`."""
+
+    project: Path
+    folder: Path
+    kubeconfig: Path
+
+    @classmethod
+    def prepare(cls, project: Path, folder: Path, kubeconfig: Path) -> Engine:
+        """Create the home and the state folder and install the built Kubernetes provider into that home."""
+        engine = cls(project, folder, kubeconfig)
+        (folder / "home").mkdir(parents=True, exist_ok=True)
+        (folder / "state").mkdir(exist_ok=True)
+        engine.run("plugin", "install", "resource", "kubernetes", kubernetes_plugin_version(),
+                   "--file", str(BIN / "pulumi-resource-kubernetes"), timeout=120)
+        return engine
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            **{k: v for k, v in os.environ.items() if not k.startswith("PULUMI_")},
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PULUMI_HOME": str(self.folder / "home"),
+            "PULUMI_BACKEND_URL": f"file://{self.folder / 'state'}",
+            "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
+            "PULUMI_SKIP_UPDATE_CHECK": "true",
+            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+            "PULUMI_IGNORE_AMBIENT_PLUGINS": "true",
+            "PULUMI_DISABLE_REGISTRY_RESOLVE": "true",
+            # The project's own environment, for programs whose Pulumi.yaml names no virtualenv.
+            "PULUMI_PYTHON_CMD": sys.executable,
+            "KUBECONFIG": str(self.kubeconfig),
+            "NO_COLOR": "1",
+        }
+
+    def run(self, *args: str, timeout: float = PREVIEW_SECONDS, check: bool = True) -> subprocess.CompletedProcess:
+        command = [str(BIN / "pulumi"), *args, "--non-interactive"]
+        # Its own process group, so that a command over its bound is stopped with its plugins.
+        with subprocess.Popen(command, cwd=self.project, env=self.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True) as process:
+            try:
+                stdout, stderr = process.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                stdout, stderr = process.communicate()
+                raise EngineError(f"`pulumi {' '.join(args)}` ran over {timeout} s:\n{_tail(stdout + stderr)}") \
+                    from None
+        result = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+        if check and result.returncode != 0:
+            raise EngineError(f"`pulumi {' '.join(args)}` exited {result.returncode}:\n"
+                              f"{_tail(result.stdout)}\n{_tail(result.stderr)}")
+        return result
+
+    def init(self, stack: str, config: dict[str, str] | None = None, secrets: dict[str, str] | None = None) -> None:
+        """A new stack on the file backend, with plain and secret config values."""
+        self.run("stack", "init", stack)
+        for key, value in (config or {}).items():
+            self.run("config", "set", key, value)
+        for key, value in (secrets or {}).items():
+            self.run("config", "set", "--secret", key, value)
+
+    def preview(self, *, expect_no_changes: bool = False, policy_pack: Path | None = None) -> dict[str, Any]:
+        """`pulumi preview --json --diff`: the engine's steps (op and URN per resource), summary and diagnostics."""
+        args = ["preview", "--json", "--diff", *self._policy(policy_pack)]
+        if expect_no_changes:
+            args.append("--expect-no-changes")
+        result = self.run(*args, check=False)
+        try:
+            report = json.loads(result.stdout)
+        except json.JSONDecodeError:
+            raise EngineError(f"`pulumi {' '.join(args)}` exited {result.returncode} without a JSON report:\n"
+                              f"{_tail(result.stdout)}\n{_tail(result.stderr)}") from None
+        if result.returncode != 0:
+            errors = [d.get("message", "").rstrip() for d in report.get("diagnostics", [])
+                      if d.get("severity") in ("error", "info#err")]
+            raise EngineError(f"`pulumi {' '.join(args)}` exited {result.returncode}:\n" + "\n".join(errors)
+                              + f"\n{_tail(result.stderr)}")
+        return report
+
+    def up(self, *, policy_pack: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        return self.run("up", "--yes", "--skip-preview", *self._policy(policy_pack), timeout=UPDATE_SECONDS,
+                        check=check)
+
+    def refresh(self) -> subprocess.CompletedProcess:
+        return self.run("refresh", "--yes", "--skip-preview", timeout=UPDATE_SECONDS)
+
+    def destroy(self) -> subprocess.CompletedProcess:
+        return self.run("destroy", "--yes", "--skip-preview", timeout=UPDATE_SECONDS)
+
+    def outputs(self) -> dict[str, Any]:
+        return json.loads(self.run("stack", "output", "--json", "--show-secrets").stdout)
+
+    @staticmethod
+    def _policy(pack: Path | None) -> list[str]:
+        return ["--policy-pack", str(pack)] if pack else []
+
+
+def steps(report: dict[str, Any]) -> dict[str, str]:
+    """URN -> operation (create, update, replace, delete, same, ...) of a `pulumi preview --json` report."""
+    return {step["urn"]: step["op"] for step in report.get("steps", [])}
