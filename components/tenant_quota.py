@@ -71,6 +71,7 @@ class TenantQuotaArgs:
     pod_security: str = "baseline"
     role: str = labels.TENANT_ROLE
     protect: bool = True  # the engine refuses to delete a protected namespace: removal takes `retired: true` first
+    gpu_quota: bool = True  # a hard cap on GPUs; tenancy mode `queue` leaves it out (the tenant's queue governs)
 
 
 class TenantQuota(pulumi.ComponentResource):
@@ -97,8 +98,9 @@ class TenantQuota(pulumi.ComponentResource):
             "pod-security.kubernetes.io/warn": "restricted",
         }), opts=pulumi.ResourceOptions.merge(child_options(self, opts), pulumi.ResourceOptions(protect=args.protect)))
         child = child_options(self, opts, namespace)
-        k8s.core.v1.ResourceQuota(f"{name}-gpu-quota", metadata=metadata("gpu-quota", args.name), spec={
-            "hard": {labels.GPU_QUOTA_KEY: str(args.gpus)}}, opts=child)
+        if args.gpu_quota:
+            k8s.core.v1.ResourceQuota(f"{name}-gpu-quota", metadata=metadata("gpu-quota", args.name), spec={
+                "hard": {labels.GPU_QUOTA_KEY: str(args.gpus)}}, opts=child)
         # CPU pods count too: without this they could fill the GPU nodes a tenant's quota does not cover.
         k8s.core.v1.ResourceQuota(f"{name}-compute-quota", metadata=metadata("compute-quota", args.name), spec={
             "hard": {"requests.cpu": args.cpu, "requests.memory": args.memory, "pods": str(args.pods)}}, opts=child)
