@@ -158,10 +158,11 @@ class ControlPlane:
             process.stop()
         self.processes.clear()
 
-    def spawn(self, name: str, *args: str) -> Process:
+    def spawn(self, name: str, *args: str, wrapper: tuple[str, ...] = ()) -> Process:
+        """Run the built tool `name` with `args` (through `wrapper`, a command that execs it), stopped with the plane."""
         log = self.folder / f"{name}.log"
         with log.open("wb") as out:
-            popen = subprocess.Popen([str(BIN / name), *args], stdout=out, stderr=subprocess.STDOUT,
+            popen = subprocess.Popen([*wrapper, str(BIN / name), *args], stdout=out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.folder,
                                      preexec_fn=_die_with_parent)
         process = Process(name, popen, log)

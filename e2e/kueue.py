@@ -5,8 +5,12 @@ runs: webhooks served on 127.0.0.1 with a certificate from the plane's CA, no le
 and webhook configurations are Kueue's own, read from its module (config/components), keeping only the webhooks of
 Kueue's kinds and of the one integration the platform enables (batch/job), as the chart keeps them.
 
-Stand-in: the API server reaches the webhooks by URL (https://127.0.0.1:PORT/...), where the chart points them at
-the in-cluster Service `kueue-webhook-service` and Kueue manages its own certificate.
+Stand-ins: the API server reaches the webhooks by URL (https://127.0.0.1:PORT/...), where the chart points them at
+the in-cluster Service `kueue-webhook-service` and Kueue manages its own certificate. With its own certificate
+management off, Kueue v0.19.2 also reads a metrics certificate from the fixed path /etc/kueue/metrics/certs
+(cmd/kueue/main.go), even with metrics off: it runs in a private mount namespace (unshare) where a tmpfs over /etc
+holds that certificate, so nothing is written outside the test's folder. Its visibility API server (listings of
+pending workloads, which no scenario reads) wants a certificate at /visibility: it is off here (VisibilityOnDemand).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from e2e.cluster import TOOLS, ControlPlane, free_port
 from e2e.kube import Kube, wait_for
 
 WEBHOOK_GROUPS = {"kueue.x-k8s.io", "batch"}  # Kueue's kinds, and batch/job: the frameworks the platform enables
+METRICS_CERTS = "/etc/kueue/metrics/certs"
 
 
 def module() -> Path:
@@ -67,13 +72,14 @@ def serving_certificate(pki: Path, folder: Path) -> None:
 
 
 def local_configuration(webhook_port: int, health_port: int, cert_dir: Path) -> dict[str, Any]:
-    """The shipped configuration, with only where it serves changed."""
+    """The shipped configuration, with only where it serves changed (and the visibility server off)."""
     return {**configuration(),
             "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
             "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
             "metrics": {"bindAddress": "0"},
             "leaderElection": {"leaderElect": False},
-            "internalCertManagement": {"enable": False}}
+            "internalCertManagement": {"enable": False},
+            "featureGates": {"VisibilityOnDemand": False}}
 
 
 def start(plane: ControlPlane, admin: Kube) -> None:
@@ -90,7 +96,9 @@ def start(plane: ControlPlane, admin: Kube) -> None:
     webhook_port, health_port = free_port(), free_port()
     config = folder / "config.yaml"
     config.write_text(yaml.safe_dump(local_configuration(webhook_port, health_port, folder / "certs")))
-    plane.spawn("kueue", "--config", str(config), "--kubeconfig", str(plane.kubeconfig))
+    plane.spawn("kueue", "--config", str(config), "--kubeconfig", str(plane.kubeconfig), wrapper=(
+        "unshare", "--user", "--map-root-user", "--mount", "sh", "-c", f"mount -t tmpfs tmpfs /etc && mkdir -p "
+        f"{METRICS_CERTS} && cp \"$0\"/tls.crt \"$0\"/tls.key {METRICS_CERTS} && exec \"$@\"", str(folder / "certs")))
     plane.wait_ready(f"http://127.0.0.1:{health_port}/readyz", lambda body: body.strip() == b"ok")
     ca = (plane.folder / "pki" / "ca.crt").read_bytes()
     for document in webhook_configurations(source, f"https://127.0.0.1:{webhook_port}", ca):
