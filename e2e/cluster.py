@@ -159,7 +159,7 @@ class ControlPlane:
         self.processes.clear()
 
     def spawn(self, name: str, *args: str, wrapper: tuple[str, ...] = ()) -> Process:
-        """Run the built tool `name` with `args` (through `wrapper`, a command that execs it), stopped with the plane."""
+        """Run the built tool `name` with `args` (through `wrapper`, which execs it); it stops with the plane."""
         log = self.folder / f"{name}.log"
         with log.open("wb") as out:
             popen = subprocess.Popen([*wrapper, str(BIN / name), *args], stdout=out, stderr=subprocess.STDOUT,
