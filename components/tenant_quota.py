@@ -32,6 +32,8 @@ TENANT_RULES = [
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": _READ},
     {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": _READ},
     {"apiGroups": ["k8s.cni.cncf.io"], "resources": ["network-attachment-definitions"], "verbs": _READ},
+    # Tenancy mode queue: why a job waits, or was preempted (its Workload), and its queue.
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"], "verbs": _READ},
 ]
 
 

@@ -198,3 +198,12 @@ def test_gpu_work_outside_the_queue_is_refused(cluster: Applied, name: str, obj:
 def test_a_low_priority_tenant_cannot_queue_at_high_priority(cluster: Applied) -> None:
     text = refusal(lambda: submit(cluster, "analytics", gpu_job("jump", 1, priority=labels.HIGH_PRIORITY_CLASS)))
     assert f"workload priority class {labels.HIGH_PRIORITY_CLASS}" in text
+
+
+def test_a_tenant_sees_why_its_job_waits_but_cannot_change_its_queue(cluster: Applied) -> None:
+    user = tenant_client(cluster, "analytics")
+    assert user.can("list", "workloads", "analytics", group="kueue.x-k8s.io")
+    assert user.can("get", "localqueues", "analytics", group="kueue.x-k8s.io")
+    assert not user.can("update", "localqueues", "analytics", group="kueue.x-k8s.io")
+    assert not user.can("update", "workloads", "analytics", group="kueue.x-k8s.io")
+    assert not user.can("list", "workloads", "llm-training", group="kueue.x-k8s.io")
