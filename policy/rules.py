@@ -914,7 +914,8 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
     ),
     StackValidationPolicy(
         name="tenant-gpu-quota",
-        description=f"Every tenant namespace has a ResourceQuota on {labels.GPU_QUOTA_KEY}.",
+        description=f"Every tenant namespace has a ResourceQuota on {labels.GPU_QUOTA_KEY}, or in tenancy mode queue "
+                    "a LocalQueue feeding a ClusterQueue, behind the policy that keeps GPU work in the queues.",
         validate=_tenant_gpu_quota,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
