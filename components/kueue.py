@@ -76,13 +76,14 @@ def workload_priority_class(name: str, tier: str, value: int, opts: pulumi.Resou
 
 @dataclass(frozen=True)
 class KueueArgs:
-    """The GPU pools (one ResourceFlavor each, selecting the pool's nodes by its label)."""
+    """The GPU pools and the labels that select each one's nodes (one ResourceFlavor each)."""
 
-    pools: tuple[str, ...]
+    pools: dict[str, dict[str, str]]
 
 
 class Kueue(pulumi.ComponentResource):
-    """Kueue's chart, pinned, as a Helm release; a ResourceFlavor per pool that places admitted pods on its nodes and
+    """Kueue's chart, pinned, as a Helm release; a ResourceFlavor per pool that places admitted pods on its nodes (by
+    the labels that select them: the pool label, or a bring-your-own pool's selector) and
     adds the GPU taint's toleration; the tiers as WorkloadPriorityClasses; and a policy, bound to every tenant
     namespace, by which the API server refuses GPU pods no Kueue-admitted Job started and GPU Jobs outside the
     tenant's queue. `installed` is what queues wait for: Kueue's CRDs and webhooks exist once it is."""
@@ -99,10 +100,10 @@ class Kueue(pulumi.ComponentResource):
         after = child_options(self, opts, self.installed)
         for tier, value in WORKLOAD_PRIORITIES.items():
             workload_priority_class(f"{name}-priority-{tier}", tier, value, after)
-        for pool in args.pools:
+        for pool, node_labels in args.pools.items():
             k8s.apiextensions.CustomResource(
                 f"{name}-flavor-{pool}", api_version=labels.KUEUE_API_VERSION, kind="ResourceFlavor",
-                metadata=metadata(pool), spec={"nodeLabels": {labels.POOL_LABEL: pool},
+                metadata=metadata(pool), spec={"nodeLabels": dict(node_labels),
                                                "tolerations": [dict(labels.GPU_TOLERATION)]}, opts=after)
         policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
             f"{name}-policy", metadata=metadata(QUEUE_POLICY_NAME), spec={

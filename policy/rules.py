@@ -12,6 +12,7 @@ import binascii
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -398,10 +399,36 @@ def pool_taints(pool: PolicyResource) -> list[dict[str, str]]:
             for key, value in asg_tags(pool.props).items() if key.startswith(prefix)]
 
 
-def flavor_pools(flavor: Mapping[str, Any], pools: Iterable[PolicyResource]) -> list[PolicyResource]:
+@dataclass(frozen=True)
+class PoolView:
+    """A GPU pool as Kueue's flavors meet it: what it is, its nodes' labels and taints, the GPUs it advertises."""
+
+    resource: PolicyResource
+    what: str
+    node_labels: dict[str, str]
+    taints: list[dict[str, str]]
+    capacity: int
+
+
+def queue_pools(resources: Sequence[PolicyResource]) -> list[PoolView]:
+    """MachineSet and Auto Scaling Group pools, and bring-your-own pools by what their component declares (their
+    nodes' GPU taint is checked live under `pulumi up`)."""
+    found = index(resources)
+    sharing = device_plugin_sharing(resources)
+    views = [PoolView(pool, describe(pool.resource_type, pool.props), pool_node_labels(pool), pool_taints(pool),
+                      pool_capacity(pool, sharing)) for pool in gpu_pools(found.selected(is_pool))]
+    for pool in found.of_type(POOL_COMPONENT):
+        brought = pool.props.get("bringYourOwn")
+        if isinstance(brought, Mapping):
+            views.append(PoolView(pool, f"bring-your-own pool {pool.name}", dict(brought.get("nodeSelector") or {}),
+                                  [dict(labels.GPU_TAINT)], byo_capacity(pool)))
+    return views
+
+
+def flavor_pools(flavor: Mapping[str, Any], pools: Iterable[PoolView]) -> list[PoolView]:
     """The GPU pools whose nodes a ResourceFlavor's nodeLabels select."""
     wanted = dig(flavor, "spec", "nodeLabels") or {}
-    return [pool for pool in pools if wanted and wanted.items() <= pool_node_labels(pool).items()]
+    return [pool for pool in pools if wanted and wanted.items() <= pool.node_labels.items()]
 
 
 def queue_quotas(cluster_queue: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
@@ -420,8 +447,7 @@ def _lendable(quota: Mapping[str, Any]) -> int:
 def _queue_within_capacity(args: StackValidationArgs, report: ReportViolation) -> None:
     found = index(args.resources)
     flavors = {dig(r.props, "metadata", "name"): r for r in found.of_kind("ResourceFlavor")}
-    pools = gpu_pools(found.selected(is_pool))
-    sharing = device_plugin_sharing(args.resources)
+    pools = queue_pools(args.resources)
     promised: dict[str, list[tuple[str, int]]] = {}
     for queue in found.of_kind("ClusterQueue"):
         for flavor, quota in queue_quotas(queue.props):
@@ -432,7 +458,7 @@ def _queue_within_capacity(args: StackValidationArgs, report: ReportViolation) -
             promised.setdefault(flavor, []).append((dig(queue.props, "metadata", "name"),
                                                     whole(quota.get("nominalQuota")) or 0))
     for flavor, shares in promised.items():
-        capacity = sum(pool_capacity(pool, sharing) for pool in flavor_pools(flavors[flavor].props, pools))
+        capacity = sum(pool.capacity for pool in flavor_pools(flavors[flavor].props, pools))
         total = sum(gpus for _, gpus in shares)
         if total > capacity:
             who = ", ".join(f"{name} {gpus}" for name, gpus in shares)
@@ -460,7 +486,7 @@ def _queue_borrowing_within_cohort(args: StackValidationArgs, report: ReportViol
 
 def _queue_flavors_tolerate_pools(args: StackValidationArgs, report: ReportViolation) -> None:
     found = index(args.resources)
-    pools = gpu_pools(found.selected(is_pool))
+    pools = queue_pools(args.resources)
     for flavor in found.of_kind("ResourceFlavor"):
         name = dig(flavor.props, "metadata", "name")
         selected = flavor_pools(flavor.props, pools)
@@ -469,10 +495,10 @@ def _queue_flavors_tolerate_pools(args: StackValidationArgs, report: ReportViola
                    f"wait forever; set nodeLabels {{{labels.POOL_LABEL}: <pool>}}", flavor.urn)
         tolerations = items(dig(flavor.props, "spec", "tolerations"))
         for pool in selected:
-            for taint in pool_taints(pool):
+            for taint in pool.taints:
                 if not any(tolerates(toleration, taint) for toleration in tolerations):
                     report(f"ResourceFlavor {name} does not tolerate the taint {taint['key']}:{taint['effect']} of "
-                           f"{describe(pool.resource_type, pool.props)}, so workloads admitted to it stay Pending; "
+                           f"{pool.what}, so workloads admitted to it stay Pending; "
                            f"add {{key: {taint['key']}, operator: Exists, effect: {taint['effect']}}} to its "
                            "tolerations", flavor.urn)
 

@@ -106,7 +106,7 @@ class GpuPlatform(pulumi.ComponentResource):
                                             pulumi.ResourceOptions(parent=self))
         queued = config.tenancy.mode == "queue"
         # Queue mode: Kueue and its refusal of GPU work outside the queues, before any tenant namespace exists.
-        kueue = Kueue("kueue", KueueArgs(tuple(pool.name for pool in config.node_pools)),
+        kueue = Kueue("kueue", KueueArgs({name: pool.node_selector for name, pool in self.pools.items()}),
                       pulumi.ResourceOptions(parent=self)) if queued else None
         self.tenants = {
             tenant.name: TenantQuota(f"tenant-{tenant.name}", TenantQuotaArgs(

@@ -720,3 +720,20 @@ def test_bring_your_own_pools_count_towards_the_capacity_quotas_are_checked_agai
     inputs(document, "tenant-nlp-research-gpu-quota")["spec"]["hard"][labels.GPU_QUOTA_KEY] = "9"
     [violation] = of(check_plan(document), "gpu-quota-within-capacity")
     assert "add up to 49 GPUs" in violation.message and "advertise 48" in violation.message
+
+
+def test_queue_policies_read_bring_your_own_pools_by_their_selector_and_capacity() -> None:
+    config = stack_config("onprem")
+    config["gpu-platform:tenancy"] = {"mode": "queue"}
+    doc = copy.deepcopy(render_stack("onprem", config).document)
+    assert check_plan(doc) == []
+    flavor = next(r for r in doc["resources"] if r["type"].endswith(":ResourceFlavor"))
+    pool = flavor["inputs"]["metadata"]["name"]
+    capacity = sum(r["inputs"]["bringYourOwn"]["nodes"] * r["inputs"]["bringYourOwn"]["advertisedGpusPerNode"]
+                   for r in doc["resources"] if r["name"] == f"pool-{pool}")
+    queue = next(r for r in doc["resources"] if r["type"].endswith(":ClusterQueue"))
+    quotas = queue["inputs"]["spec"]["resourceGroups"][0]["flavors"]
+    [quota] = [entry["resources"][0] for entry in quotas if entry["name"] == pool]
+    quota["nominalQuota"] = capacity + 1
+    [violation] = of(check_plan(doc), "queue-guarantee-within-capacity")
+    assert violation.name == flavor["name"] and f"its pool advertises {capacity}" in violation.message
