@@ -124,3 +124,16 @@ OPERAND_IMAGES = {
 }
 # OpenShift: `oc` for the job that approves the pinned operator's install plan, from the release's own CLI image.
 OPENSHIFT_CLI_IMAGE = "registry.redhat.io/openshift4/ose-cli-rhel9:v{minor}"
+
+# Kueue (tenancy mode `queue`): the release's chart, and the keys its code reads (pkg/constants, pkg/controller/
+# constants in sigs.k8s.io/kueue v0.19.2). Jobs name their LocalQueue and WorkloadPriorityClass by these labels.
+KUEUE_VERSION = "0.19.2"
+KUEUE_CHART = HelmChart("oci://registry.k8s.io/kueue/charts", "kueue", KUEUE_VERSION)
+KUEUE_NAMESPACE = "kueue-system"
+KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+WORKLOAD_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+TENANT_QUEUE = "gpu"  # the LocalQueue of every tenant namespace
+QUEUE_POLICY_NAME = "gpu-platform-tenant-queue"  # the admission policy that keeps GPU work inside the queues
+# The identity kube-controller-manager's Job controller creates pods as (--use-service-account-credentials).
+JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"

@@ -32,6 +32,8 @@ TENANT_RULES = [
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": _READ},
     {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": _READ},
     {"apiGroups": ["k8s.cni.cncf.io"], "resources": ["network-attachment-definitions"], "verbs": _READ},
+    # Tenancy mode queue: why a job waits, or was preempted (its Workload), and its queue.
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"], "verbs": _READ},
 ]
 
 
@@ -71,6 +73,7 @@ class TenantQuotaArgs:
     pod_security: str = "baseline"
     role: str = labels.TENANT_ROLE
     protect: bool = True  # the engine refuses to delete a protected namespace: removal takes `retired: true` first
+    gpu_quota: bool = True  # a hard cap on GPUs; tenancy mode `queue` leaves it out (the tenant's queue governs)
 
 
 QUOTA_ENFORCED = "jsonpath={.status.hard}"
@@ -109,14 +112,14 @@ class TenantQuota(pulumi.ComponentResource):
             "pod-security.kubernetes.io/warn": "restricted",
         }), opts=pulumi.ResourceOptions.merge(child_options(self, opts), pulumi.ResourceOptions(protect=args.protect)))
         child = child_options(self, opts, namespace)
-        quotas = [
-            k8s.core.v1.ResourceQuota(f"{name}-gpu-quota", metadata=quota_metadata("gpu-quota", args.name), spec={
-                "hard": {labels.GPU_QUOTA_KEY: str(args.gpus)}}, opts=child),
-            # CPU pods count too: without this they could fill the GPU nodes a tenant's quota does not cover.
-            k8s.core.v1.ResourceQuota(f"{name}-compute-quota", metadata=quota_metadata("compute-quota", args.name),
-                                      spec={"hard": {"requests.cpu": args.cpu, "requests.memory": args.memory,
-                                                     "pods": str(args.pods)}}, opts=child),
-        ]
+        quotas = [k8s.core.v1.ResourceQuota(
+            f"{name}-gpu-quota", metadata=quota_metadata("gpu-quota", args.name),
+            spec={"hard": {labels.GPU_QUOTA_KEY: str(args.gpus)}}, opts=child)] if args.gpu_quota else []
+        # CPU pods count too: without this they could fill the GPU nodes a tenant's quota does not cover.
+        quotas.append(k8s.core.v1.ResourceQuota(
+            f"{name}-compute-quota", metadata=quota_metadata("compute-quota", args.name),
+            spec={"hard": {"requests.cpu": args.cpu, "requests.memory": args.memory, "pods": str(args.pods)}},
+            opts=child))
         scoped = [("system-priority", labels.SYSTEM_PRIORITY_CLASSES, {"pods": "0"})]
         if args.priority_class == labels.LOW_PRIORITY_CLASS:
             scoped.append(("high-priority-gpus", [labels.HIGH_PRIORITY_CLASS], {labels.GPU_QUOTA_KEY: "0"}))

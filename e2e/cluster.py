@@ -23,7 +23,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "e2e" / "tools"
 BIN = Path(os.environ.get("E2E_TOOLS_BIN", ROOT / ".e2e-cache" / "bin"))
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "promtool")
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "promtool", "kueue")
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 STOP_SECONDS = 10  # SIGTERM, then SIGKILL after this long
 READY_SECONDS = 90
@@ -95,13 +95,13 @@ current-context: e2e
 """
 
 
-def kwok_stages() -> str:
-    """kwok's default stages, read from its module in the Go module cache (where the tool build put it)."""
+def kwok_stages(names: tuple[str, ...] = KWOK_STAGES) -> str:
+    """kwok's stages of these names, read from its module in the Go module cache (where the tool build put it)."""
     result = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"], cwd=TOOLS / "kwok",
                             capture_output=True, text=True, check=True, timeout=120,
                             env={**os.environ, "GOFLAGS": "-mod=readonly", "GOTOOLCHAIN": "local"})
     stages = Path(result.stdout.strip()) / "kustomize" / "stage"
-    return "\n---\n".join((stages / stage).read_text() for stage in KWOK_STAGES)
+    return "\n---\n".join((stages / stage).read_text() for stage in names)
 
 
 @dataclass
@@ -131,13 +131,15 @@ class ControlPlane:
     stopped (SIGTERM, SIGKILL after 10 s) when the block ends, however it ends."""
 
     folder: Path
+    stages: tuple[str, ...] = KWOK_STAGES
     server: str = ""
     kubeconfig: Path = Path()
     processes: list[Process] = field(default_factory=list)
 
     @classmethod
-    def start(cls, folder: Path) -> ControlPlane:
-        plane = cls(folder)
+    def start(cls, folder: Path, stages: tuple[str, ...] = KWOK_STAGES) -> ControlPlane:
+        """Start it in `folder`, kwok simulating `stages` (by default the ones kwokctl installs)."""
+        plane = cls(folder, stages)
         try:
             plane._start()
         except BaseException:
@@ -156,10 +158,11 @@ class ControlPlane:
             process.stop()
         self.processes.clear()
 
-    def _spawn(self, name: str, *args: str) -> Process:
+    def spawn(self, name: str, *args: str, wrapper: tuple[str, ...] = ()) -> Process:
+        """Run the built tool `name` with `args` (through `wrapper`, which execs it); it stops with the plane."""
         log = self.folder / f"{name}.log"
         with log.open("wb") as out:
-            popen = subprocess.Popen([str(BIN / name), *args], stdout=out, stderr=subprocess.STDOUT,
+            popen = subprocess.Popen([*wrapper, str(BIN / name), *args], stdout=out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.folder,
                                      preexec_fn=_die_with_parent)
         process = Process(name, popen, log)
@@ -171,17 +174,17 @@ class ControlPlane:
         make_pki(pki)
         etcd_client, etcd_peer, api, kcm, scheduler, kwok = (free_port() for _ in range(6))
         etcd = f"http://127.0.0.1:{etcd_client}"
-        self._spawn("etcd", "--name", "e2e", "--data-dir", str(self.folder / "etcd"),
+        self.spawn("etcd", "--name", "e2e", "--data-dir", str(self.folder / "etcd"),
                     "--listen-client-urls", etcd, "--advertise-client-urls", etcd,
                     "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}",
                     "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
                     "--initial-cluster", f"e2e=http://127.0.0.1:{etcd_peer}",
                     "--unsafe-no-fsync", "--log-level", "warn")
-        self._wait(f"{etcd}/health", lambda body: b'"health":"true"' in body)
+        self.wait_ready(f"{etcd}/health", lambda body: b'"health":"true"' in body)
         self.server = f"https://127.0.0.1:{api}"
         self.kubeconfig = self.folder / "kubeconfig"
         self.kubeconfig.write_text(kubeconfig(pki, self.server))
-        self._spawn("kube-apiserver", f"--etcd-servers={etcd}", "--bind-address=127.0.0.1",
+        self.spawn("kube-apiserver", f"--etcd-servers={etcd}", "--bind-address=127.0.0.1",
                     f"--secure-port={api}", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
                     f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
                     f"--client-ca-file={pki / 'ca.crt'}",
@@ -190,25 +193,25 @@ class ControlPlane:
                     f"--service-account-signing-key-file={pki / 'sa.key'}",
                     "--service-cluster-ip-range=10.96.0.0/16", "--authorization-mode=Node,RBAC",
                     "--allow-privileged=true", f"--enable-admission-plugins={ADMISSION}")
-        self._wait(f"{self.server}/readyz", lambda body: body.strip() == b"ok")
+        self.wait_ready(f"{self.server}/readyz", lambda body: body.strip() == b"ok")
         admin = ["--kubeconfig", str(self.kubeconfig), "--authentication-kubeconfig", str(self.kubeconfig),
                  "--authorization-kubeconfig", str(self.kubeconfig), "--bind-address=127.0.0.1",
                  "--leader-elect=false"]
-        self._spawn("kube-controller-manager", *admin, f"--secure-port={kcm}",
+        self.spawn("kube-controller-manager", *admin, f"--secure-port={kcm}",
                     f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
                     "--use-service-account-credentials=true")
-        self._spawn("kube-scheduler", *admin, f"--secure-port={scheduler}")
+        self.spawn("kube-scheduler", *admin, f"--secure-port={scheduler}")
         stages = self.folder / "kwok-stages.yaml"
-        stages.write_text(kwok_stages())
-        self._spawn("kwok", "--kubeconfig", str(self.kubeconfig), "--config", str(stages),
+        stages.write_text(kwok_stages(self.stages))
+        self.spawn("kwok", "--kubeconfig", str(self.kubeconfig), "--config", str(stages),
                     "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                     "--cidr=10.0.0.0/16", "--node-ip=10.0.0.1", "--node-lease-duration-seconds=40",
                     f"--server-address=127.0.0.1:{kwok}")
-        self._wait(f"https://127.0.0.1:{kcm}/healthz", lambda body: body.strip() == b"ok", insecure=True)
-        self._wait(f"https://127.0.0.1:{scheduler}/healthz", lambda body: body.strip() == b"ok", insecure=True)
-        self._wait(f"http://127.0.0.1:{kwok}/healthz", lambda body: body.strip() == b"ok")
+        self.wait_ready(f"https://127.0.0.1:{kcm}/healthz", lambda body: body.strip() == b"ok", insecure=True)
+        self.wait_ready(f"https://127.0.0.1:{scheduler}/healthz", lambda body: body.strip() == b"ok", insecure=True)
+        self.wait_ready(f"http://127.0.0.1:{kwok}/healthz", lambda body: body.strip() == b"ok")
 
-    def _wait(self, url: str, ready: Callable[[bytes], bool], insecure: bool = False) -> None:
+    def wait_ready(self, url: str, ready: Callable[[bytes], bool], insecure: bool = False) -> None:
         """Poll `url` until `ready(body)`, at most READY_SECONDS; a process that exits meanwhile fails at once."""
         context = ssl.create_default_context(cafile=str(self.folder / "pki" / "ca.crt"))
         if insecure:  # the controllers' self-signed health endpoints

@@ -107,7 +107,7 @@ def applied(request, tools, tmp_path_factory) -> Iterator[Applied]:
             admin.create(stand_in)  # created, not applied: another field manager owns it, as on OpenShift
         for node in stack.nodes():
             admin.create(node)
-        wait_for(lambda: all(_ready(admin.get("v1", "Node", n["metadata"]["name"])) for n in stack.nodes()),
+        wait_for(lambda: all(node_ready(admin.get("v1", "Node", n["metadata"]["name"])) for n in stack.nodes()),
                  "every kwok node Ready", timeout=60)
         applied = Applied(stack, plane, admin)
         apply_stack(applied)
@@ -125,6 +125,6 @@ def applied(request, tools, tmp_path_factory) -> Iterator[Applied]:
             client.close()
 
 
-def _ready(node: dict[str, Any] | None) -> bool:
+def node_ready(node: dict[str, Any] | None) -> bool:
     conditions = (node or {}).get("status", {}).get("conditions", [])
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)

@@ -260,13 +260,19 @@ def tenant_rows(summary: FleetSummary) -> tuple[list[dict[str, str]], int]:
     """Changed tenants, and how many are unchanged."""
     rows, same = [], 0
     for tenant in summary.tenants:
-        if tenant.gpus_before == tenant.gpus_after and tenant.priority_before == tenant.priority_after:
+        sharing = [(tenant.tenancy_before, tenant.tenancy_after), (tenant.guaranteed_before, tenant.guaranteed_after),
+                   (tenant.borrowable_before, tenant.borrowable_after)]
+        if tenant.gpus_before == tenant.gpus_after and tenant.priority_before == tenant.priority_after and all(
+                before == after for before, after in sharing):
             same += 1
             continue
         state = "added" if tenant.gpus_before is None else "removed" if tenant.gpus_after is None else "changed"
         rows.append({"tenant": tenant.name, "namespace": tenant.namespace, "change": state,
                      "GPU quota": _arrow(tenant.gpus_before, tenant.gpus_after),
-                     "priority class": _arrow(tenant.priority_before, tenant.priority_after)})
+                     "priority class": _arrow(tenant.priority_before, tenant.priority_after),
+                     "tenancy": _arrow(tenant.tenancy_before, tenant.tenancy_after),
+                     "guaranteed GPUs": _arrow(tenant.guaranteed_before, tenant.guaranteed_after),
+                     "may borrow": _arrow(tenant.borrowable_before, tenant.borrowable_after)})
     return rows, same
 
 
@@ -304,7 +310,8 @@ def summary_lines(summary: FleetSummary) -> list[str]:
     lines.append("Tenants:" + ("" if rows else f" {same} unchanged"))
     for row in rows:
         lines.append(f"  {row['tenant']} (namespace {row['namespace']}): {row['change']}, GPU quota "
-                     f"{row['GPU quota']}, {row['priority class']}")
+                     f"{row['GPU quota']}, {row['priority class']}; tenancy {row['tenancy']}, guaranteed GPUs "
+                     f"{row['guaranteed GPUs']}, may borrow {row['may borrow']}")
     if rows and same:
         lines.append(f"  {same} unchanged")
     lines.append("Capacity:")

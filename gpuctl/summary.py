@@ -95,6 +95,14 @@ class TenantChange:
     gpus_after: int | None
     priority_before: str | None
     priority_after: str | None
+    # How the tenant shares GPUs: `quota` (a hard cap) or `queue` (Kueue); what it is guaranteed (its cap, or its
+    # ClusterQueue's nominal GPUs) and may borrow beyond that from idle tenants (0 under a hard quota).
+    tenancy_before: str | None = None
+    tenancy_after: str | None = None
+    guaranteed_before: int | None = None
+    guaranteed_after: int | None = None
+    borrowable_before: int | None = None
+    borrowable_after: int | None = None
 
 
 @dataclass(frozen=True)
@@ -391,10 +399,21 @@ def _kernels(old: dict[str, Any], new: dict[str, Any], old_pools: dict[str, Pool
     return rows
 
 
+def _sharing(tenant: dict[str, Any] | None) -> tuple[str | None, int | None, int | None]:
+    """(tenancy, guaranteed, borrowable) of a tenant's outputs; a plan from before tenancy modes had hard quotas."""
+    if not tenant:
+        return None, None, None
+    if tenant.get("tenancy", "quota") == "quota":
+        return "quota", tenant.get("gpus"), 0
+    return "queue", sum((tenant.get("guaranteed") or {}).values()), tenant.get("borrowable", 0)
+
+
 def _tenants(old: dict[str, Any], new: dict[str, Any]) -> list[TenantChange]:
     before, after = _outputs(old).get("tenants") or {}, _outputs(new).get("tenants") or {}
     return [TenantChange(name, name, before.get(name, {}).get("gpus"), after.get(name, {}).get("gpus"),
-                         before.get(name, {}).get("priorityClass"), after.get(name, {}).get("priorityClass"))
+                         before.get(name, {}).get("priorityClass"), after.get(name, {}).get("priorityClass"),
+                         *(value for pair in zip(_sharing(before.get(name)), _sharing(after.get(name)))
+                           for value in pair))
             for name in sorted(set(before) | set(after))]
 
 

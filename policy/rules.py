@@ -12,6 +12,7 @@ import binascii
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -342,13 +343,25 @@ def _pools_tainted(args: ResourceValidationArgs, report: ReportViolation) -> Non
                "add the flag to its user data", None)
 
 
+def queued_namespaces(resources: Sequence[PolicyResource]) -> set[str]:
+    """Namespaces whose GPU work Kueue governs: a LocalQueue there feeds a ClusterQueue of the stack, and the
+    policy that refuses GPU work outside the queues is in the stack."""
+    found = index(resources)
+    fenced = any(dig(r.props, "metadata", "name") == labels.QUEUE_POLICY_NAME
+                 for r in found.of_kind("ValidatingAdmissionPolicy"))
+    cluster_queues = {dig(r.props, "metadata", "name") for r in found.of_kind("ClusterQueue")}
+    return {dig(r.props, "metadata", "namespace") for r in found.of_kind("LocalQueue")
+            if fenced and dig(r.props, "spec", "clusterQueue") in cluster_queues}
+
+
 def _tenant_gpu_quota(args: StackValidationArgs, report: ReportViolation) -> None:
+    queued = queued_namespaces(args.resources)
     for namespace, resource in tenant_namespaces(args.resources).items():
         caps = [cap for cap in (gpu_quota(q) for q in quotas(args.resources, namespace)) if cap is not None]
-        if not caps:
-            report(f"tenant namespace {namespace} has no ResourceQuota on {labels.GPU_QUOTA_KEY}, so its pods can "
-                   f"take every GPU; add an unscoped ResourceQuota with spec.hard {labels.GPU_QUOTA_KEY}: \"<gpus>\"",
-                   resource.urn)
+        if not caps and namespace not in queued:
+            report(f"tenant namespace {namespace} has no ResourceQuota on {labels.GPU_QUOTA_KEY} and no Kueue queue, "
+                   f"so its pods can take every GPU; add an unscoped ResourceQuota with spec.hard "
+                   f"{labels.GPU_QUOTA_KEY}: \"<gpus>\", or use tenancy mode queue", resource.urn)
         elif any(whole(cap) is None for cap in caps):
             report(f"tenant namespace {namespace} caps {labels.GPU_QUOTA_KEY} at {', '.join(map(str, caps))}; "
                    "use a whole number of GPUs", resource.urn)
@@ -367,6 +380,127 @@ def _quota_within_capacity(args: StackValidationArgs, report: ReportViolation) -
         report(f"tenant GPU quotas add up to {total} GPUs ({tenants}) but the GPU pools advertise {capacity}; with "
                f"maxOvercommit {ratio:g} at most {capacity * ratio:g} may be promised. Lower the tenants' GPUs, add "
                "pool replicas, or raise maxOvercommit in the pack config", None)
+
+
+def pool_node_labels(pool: PolicyResource) -> dict[str, str]:
+    """The labels a pool's nodes register with: a MachineSet's template, an Auto Scaling Group's node-template tags."""
+    if pool.resource_type == MACHINE_SET:
+        return dict(dig(pool.props, "spec", "template", "spec", "metadata", "labels") or {})
+    prefix = labels.CA_LABEL_TAG.format(key="")
+    return {key.removeprefix(prefix): value for key, value in asg_tags(pool.props).items() if key.startswith(prefix)}
+
+
+def pool_taints(pool: PolicyResource) -> list[dict[str, str]]:
+    """The taints a pool's nodes register with: a MachineSet's template, an Auto Scaling Group's taint tags."""
+    if pool.resource_type == MACHINE_SET:
+        return [dict(taint) for taint in items(dig(pool.props, "spec", "template", "spec", "taints"))]
+    prefix = labels.CA_TAINT_TAG.format(key="")
+    return [{"key": key.removeprefix(prefix), "effect": value.rpartition(":")[2]}
+            for key, value in asg_tags(pool.props).items() if key.startswith(prefix)]
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """A GPU pool as Kueue's flavors meet it: what it is, its nodes' labels and taints, the GPUs it advertises."""
+
+    resource: PolicyResource
+    what: str
+    node_labels: dict[str, str]
+    taints: list[dict[str, str]]
+    capacity: int
+
+
+def queue_pools(resources: Sequence[PolicyResource]) -> list[PoolView]:
+    """MachineSet and Auto Scaling Group pools, and bring-your-own pools by what their component declares (their
+    nodes' GPU taint is checked live under `pulumi up`)."""
+    found = index(resources)
+    sharing = device_plugin_sharing(resources)
+    views = [PoolView(pool, describe(pool.resource_type, pool.props), pool_node_labels(pool), pool_taints(pool),
+                      pool_capacity(pool, sharing)) for pool in gpu_pools(found.selected(is_pool))]
+    for pool in found.of_type(POOL_COMPONENT):
+        brought = pool.props.get("bringYourOwn")
+        if isinstance(brought, Mapping):
+            views.append(PoolView(pool, f"bring-your-own pool {pool.name}", dict(brought.get("nodeSelector") or {}),
+                                  [dict(labels.GPU_TAINT)], byo_capacity(pool)))
+    return views
+
+
+def flavor_pools(flavor: Mapping[str, Any], pools: Iterable[PoolView]) -> list[PoolView]:
+    """The GPU pools whose nodes a ResourceFlavor's nodeLabels select."""
+    wanted = dig(flavor, "spec", "nodeLabels") or {}
+    return [pool for pool in pools if wanted and wanted.items() <= pool.node_labels.items()]
+
+
+def queue_quotas(cluster_queue: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(flavor, quota) of each GPU quota of a ClusterQueue."""
+    return [(flavor.get("name"), quota) for group in items(dig(cluster_queue, "spec", "resourceGroups"))
+            for flavor in items(group.get("flavors")) for quota in items(flavor.get("resources"))
+            if quota.get("name") == labels.GPU_RESOURCE]
+
+
+def _lendable(quota: Mapping[str, Any]) -> int:
+    nominal = whole(quota.get("nominalQuota")) or 0
+    limit = whole(quota.get("lendingLimit"))
+    return nominal if limit is None else min(limit, nominal)
+
+
+def _queue_within_capacity(args: StackValidationArgs, report: ReportViolation) -> None:
+    found = index(args.resources)
+    flavors = {dig(r.props, "metadata", "name"): r for r in found.of_kind("ResourceFlavor")}
+    pools = queue_pools(args.resources)
+    promised: dict[str, list[tuple[str, int]]] = {}
+    for queue in found.of_kind("ClusterQueue"):
+        for flavor, quota in queue_quotas(queue.props):
+            if flavor not in flavors:
+                report(f"ClusterQueue {dig(queue.props, 'metadata', 'name')} guarantees GPUs of flavor {flavor}, "
+                       "which is not a ResourceFlavor of this stack; name a pool's flavor", queue.urn)
+                continue
+            promised.setdefault(flavor, []).append((dig(queue.props, "metadata", "name"),
+                                                    whole(quota.get("nominalQuota")) or 0))
+    for flavor, shares in promised.items():
+        capacity = sum(pool.capacity for pool in flavor_pools(flavors[flavor].props, pools))
+        total = sum(gpus for _, gpus in shares)
+        if total > capacity:
+            who = ", ".join(f"{name} {gpus}" for name, gpus in shares)
+            report(f"ClusterQueues guarantee {total} GPUs of flavor {flavor} ({who}) but its pool advertises "
+                   f"{capacity}; lower the tenants' gpus, let them use other pools, or add replicas",
+                   flavors[flavor].urn)
+
+
+def _queue_borrowing_within_cohort(args: StackValidationArgs, report: ReportViolation) -> None:
+    queues = index(args.resources).of_kind("ClusterQueue")
+    for queue in queues:
+        cohort = dig(queue.props, "spec", "cohortName")
+        for flavor, quota in queue_quotas(queue.props):
+            limit = whole(quota.get("borrowingLimit"))
+            if limit is None:
+                continue
+            lendable = sum(_lendable(other_quota) for other in queues if other is not queue and cohort
+                           and dig(other.props, "spec", "cohortName") == cohort
+                           for other_flavor, other_quota in queue_quotas(other.props) if other_flavor == flavor)
+            if limit > lendable:
+                report(f"ClusterQueue {dig(queue.props, 'metadata', 'name')} may borrow {limit} GPUs of flavor "
+                       f"{flavor}, but the rest of cohort {cohort or '(none)'} can lend at most {lendable} there; "
+                       f"lower its borrowingLimit to {lendable} or raise the others' lendingLimit", queue.urn)
+
+
+def _queue_flavors_tolerate_pools(args: StackValidationArgs, report: ReportViolation) -> None:
+    found = index(args.resources)
+    pools = queue_pools(args.resources)
+    for flavor in found.of_kind("ResourceFlavor"):
+        name = dig(flavor.props, "metadata", "name")
+        selected = flavor_pools(flavor.props, pools)
+        if not selected:
+            report(f"ResourceFlavor {name} selects no GPU pool's nodes by its nodeLabels, so workloads admitted to it "
+                   f"wait forever; set nodeLabels {{{labels.POOL_LABEL}: <pool>}}", flavor.urn)
+        tolerations = items(dig(flavor.props, "spec", "tolerations"))
+        for pool in selected:
+            for taint in pool.taints:
+                if not any(tolerates(toleration, taint) for toleration in tolerations):
+                    report(f"ResourceFlavor {name} does not tolerate the taint {taint['key']}:{taint['effect']} of "
+                           f"{pool.what}, so workloads admitted to it stay Pending; "
+                           f"add {{key: {taint['key']}, operator: Exists, effect: {taint['effect']}}} to its "
+                           "tolerations", flavor.urn)
 
 
 def _gpu_pods_tolerate_taint(args: StackValidationArgs, report: ReportViolation) -> None:
@@ -806,7 +940,8 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
     ),
     StackValidationPolicy(
         name="tenant-gpu-quota",
-        description=f"Every tenant namespace has a ResourceQuota on {labels.GPU_QUOTA_KEY}.",
+        description=f"Every tenant namespace has a ResourceQuota on {labels.GPU_QUOTA_KEY}, or in tenancy mode queue "
+                    "a LocalQueue feeding a ClusterQueue, behind the policy that keeps GPU work in the queues.",
         validate=_tenant_gpu_quota,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),
@@ -819,6 +954,26 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
             "type": "number", "exclusiveMinimum": 0, "default": DEFAULT_OVERCOMMIT,
             "description": "GPUs that may be promised per GPU in the pools (1.0: none beyond capacity)",
         }}),
+    ),
+    StackValidationPolicy(
+        name="queue-guarantee-within-capacity",
+        description="The GPUs the ClusterQueues guarantee in each ResourceFlavor add up to no more than its pool "
+                    "advertises (time-slicing counts each share).",
+        validate=_queue_within_capacity,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="queue-borrowing-within-cohort",
+        description="A ClusterQueue's borrowing limit in a flavor is no more than the rest of its cohort may lend "
+                    "there.",
+        validate=_queue_borrowing_within_cohort,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    ),
+    StackValidationPolicy(
+        name="queue-flavors-tolerate-pools",
+        description="Every ResourceFlavor selects a GPU pool's nodes and tolerates every taint of those pools.",
+        validate=_queue_flavors_tolerate_pools,
+        enforcement_level=EnforcementLevel.MANDATORY,
     ),
     StackValidationPolicy(
         name="gpu-pods-tolerate-taint",

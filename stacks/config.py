@@ -600,6 +600,25 @@ class TenantNetworkConfig(StrictModel):
         return f"SR-IOV resource {self.resource_name} on {f'VLAN {self.vlan}' if self.vlan is not None else 'no VLAN'}"
 
 
+class TenantQueueConfig(StrictModel):
+    """Tenancy mode `queue`: where a tenant's guaranteed GPUs live and how it shares them (Kueue ClusterQueue)."""
+
+    pools: tuple[str, ...] | None = Field(default=None, min_length=1, description=(
+        "pools whose GPUs the tenant may use, its guarantee taken from them in this order; unset: every pool"))
+    borrowing_limit: Int | None = Field(default=None, ge=0, le=MAX_TENANT_GPUS, description=(
+        "GPUs it may borrow beyond its guarantee in each pool while others leave theirs idle; unset: no limit"))
+    lending_limit: Int | None = Field(default=None, ge=0, le=MAX_TENANT_GPUS, description=(
+        "GPUs of its guarantee in each pool it may lend out while idle; unset: all of them"))
+    weight: Int = Field(default=1, ge=0, le=1000, description="fair-sharing weight against the other tenants")
+
+
+class TenancyConfig(StrictModel):
+    """How tenants share the GPUs: a hard quota each (`quota`) or guarantees in a Kueue cohort (`queue`)."""
+
+    mode: Literal["quota", "queue"] = "quota"
+    cohort: Annotated[str, _dns_label(63)] = "gpu-tenants"
+
+
 class TenantConfig(StrictModel):
     """A team with its own namespace and a GPU quota."""
 
@@ -612,6 +631,7 @@ class TenantConfig(StrictModel):
     memory: str = Field(default="256Gi", pattern=_MEMORY, description="quota on the sum of memory requests")
     pods: Int = Field(default=200, ge=1, le=10_000)
     networks: tuple[TenantNetworkConfig, ...] = Field(default=(), description="secondary networks (Multus)")
+    queue: TenantQueueConfig = Field(default=TenantQueueConfig(), description="tenancy.mode queue: its sharing")
 
     @model_validator(mode="after")
     def _check(self) -> TenantConfig:
@@ -701,6 +721,7 @@ class StackConfig(StrictModel):
     node_pools: tuple[NodePoolConfig, ...] = Field(min_length=1)
     driver: DriverConfig = DriverConfig()
     tenants: tuple[TenantConfig, ...] = ()
+    tenancy: TenancyConfig = TenancyConfig()
     device_plugin: DevicePluginConfig = DevicePluginConfig()
     images: ImagesConfig = ImagesConfig()
     monitoring: MonitoringConfig = MonitoringConfig()
@@ -751,6 +772,7 @@ class StackConfig(StrictModel):
                     "scrape every tenant); choose another team name"))
         self._check_networks_carry_traffic()
         self._check_network_isolation()
+        self._check_tenancy()
         self.driver.check_for(self.driver_release.precompiled)
         if self.images.nfd and "@" in self.images.nfd:
             raise ValueError("images.nfd: the NFD chart takes a tag, not a digest; use registry/repository:tag")
@@ -796,6 +818,26 @@ class StackConfig(StrictModel):
                     f"{', '.join(on_aws)} run on AWS, whose network drops the extra MAC addresses macvlan gives pods "
                     "and has no SR-IOV functions to hand out; use EFA for collectives on AWS (a Kubernetes pool's "
                     "fabric: efa), and tenant networks on a stack whose pools are all bringYourOwn"))
+
+    def _check_tenancy(self) -> None:
+        """Queue settings only in `queue` mode, naming pools that exist; `queue` only where Kueue is installed."""
+        queue = self.tenancy.mode == "queue"
+        if queue and self.cluster.flavor == "openshift":
+            raise _field_error(("tenancy", "mode"), (
+                "queue is not offered on OpenShift yet (the Red Hat build of Kueue needs the cert-manager Operator, "
+                "which this platform does not install); use quota"))
+        pools = [pool.name for pool in self.node_pools]
+        for index, tenant in enumerate(self.tenants):
+            if "queue" in tenant.model_fields_set and not queue:
+                raise _field_error(("tenants", index, "queue"), (
+                    "applies to tenancy.mode queue; set tenancy.mode: queue or remove it"))
+            chosen = tenant.queue.pools or ()
+            if len(set(chosen)) != len(chosen):
+                raise _field_error(("tenants", index, "queue", "pools"), "names a pool twice; list each once")
+            for name in chosen:
+                if name not in pools:
+                    raise _field_error(("tenants", index, "queue", "pools"), (
+                        f"{name!r} is not a pool of nodePools; use one of {', '.join(pools)}"))
 
     def _check_network_isolation(self) -> None:
         """No two tenants share a layer-2 segment (a macvlan host interface, or SR-IOV VFs of one resource on one

@@ -12,6 +12,7 @@ from components.device_plugin import DevicePluginStack, DevicePluginStackArgs
 from components.driver import DriverStack, DriverStackArgs
 from components.efa import EfaFabric, EfaFabricArgs
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
+from components.kueue import Kueue, KueueArgs, TenantQueue, TenantQueueArgs
 from components.manifests import metadata
 from components.monitoring import MonitoringStack, MonitoringStackArgs
 from components.nfd import NfdStack, NfdStackArgs
@@ -23,6 +24,7 @@ from components.tenant_network import TenantNetwork, network_admission_args
 from components.tenant_quota import TenantQuota, TenantQuotaArgs, self_provisioning_off, tenant_role
 from fleet.kernels import KernelInventory
 from stacks.config import NodePoolConfig, StackConfig
+from stacks.tenancy import borrowable, guarantees
 from stacks.tuning import PoolTuning, node_profile, tenant_network_args
 
 PULL_SECRET = "nvidia-registry"
@@ -102,14 +104,27 @@ class GpuPlatform(pulumi.ComponentResource):
              *cluster.trusted_namespaces), openshift), pulumi.ResourceOptions(parent=self))
         network_admission = TenantAdmission("tenant-network-admission", network_admission_args(),
                                             pulumi.ResourceOptions(parent=self))
+        queued = config.tenancy.mode == "queue"
+        # Queue mode: Kueue and its refusal of GPU work outside the queues, before any tenant namespace exists.
+        kueue = Kueue("kueue", KueueArgs({name: pool.node_selector for name, pool in self.pools.items()}),
+                      pulumi.ResourceOptions(parent=self)) if queued else None
         self.tenants = {
             tenant.name: TenantQuota(f"tenant-{tenant.name}", TenantQuotaArgs(
                 name=tenant.name, gpus=tenant.gpus, priority_class=tenant.priority_class, group=tenant.rbac_group,
                 cpu=tenant.cpu, memory=tenant.memory, pods=tenant.pods, scrapers=cluster.scrapers,
-                protect=not tenant.retired,
-            ), pulumi.ResourceOptions(parent=self, depends_on=[*priority_classes, role, admission, network_admission]))
+                protect=not tenant.retired, gpu_quota=not queued,
+            ), pulumi.ResourceOptions(parent=self, depends_on=[*priority_classes, role, admission, network_admission,
+                                                               *([kueue] if kueue else [])]))
             for tenant in config.tenants
         }
+        shares = guarantees(config) if queued else {}
+        lendable = borrowable(config, shares)
+        for tenant in config.tenants if queued else ():
+            TenantQueue(f"tenant-{tenant.name}-queue", TenantQueueArgs(
+                tenant=tenant.name, cohort=config.tenancy.cohort, nominal=shares[tenant.name],
+                borrowing_limit=tenant.queue.borrowing_limit, lending_limit=tenant.queue.lending_limit,
+                weight=tenant.queue.weight,
+            ), pulumi.ResourceOptions(parent=self, depends_on=[self.tenants[tenant.name], kueue.installed]))
         for tenant in config.tenants:
             for network in tenant.networks:
                 TenantNetwork(f"tenant-{tenant.name}-network-{network.name}", tenant_network_args(tenant, network),
@@ -125,8 +140,10 @@ class GpuPlatform(pulumi.ComponentResource):
             "keptKernels": [target.key for target in inventory.kept],
             "declaredKernels": sorted(target.key for target in config.declared_kernels),
             "driverImages": driver.images,
-            "tenants": {tenant.name: {"gpus": tenant.gpus, "priorityClass": tenant.priority_class}
-                        for tenant in config.tenants},
+            # Queue mode adds each tenant's guaranteed GPUs per pool and what it may borrow beyond them.
+            "tenants": {tenant.name: {"gpus": tenant.gpus, "priorityClass": tenant.priority_class, **({
+                "tenancy": "queue", "guaranteed": shares[tenant.name], "borrowable": lendable[tenant.name]}
+                if queued else {})} for tenant in config.tenants},
             "pools": {pool.name: {
                 "instanceType": pool.instance_type, "nodes": pool.replicas, "minNodes": pool.autoscaler_min,
                 "maxNodes": pool.autoscaler_max, "gpusPerNode": pool.instance.gpus, "gpuModel": pool.instance.gpu_model,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the real parts of the end-to-end suite from their published Go modules, pinned by the wrapper modules
-# beside this script (etcd/, kwok/, promtool/, k8s/, pulumi/, pulumi-language-python/, pulumi-kubernetes/: go.mod +
-# go.sum, and our own main package where the upstream one cannot be built), into a git-ignored tool folder:
+# beside this script (etcd/, kwok/, promtool/, kueue/, k8s/, pulumi/, pulumi-language-python/, pulumi-kubernetes/:
+# go.mod + go.sum, and our own main package where the upstream one cannot be built), into a git-ignored tool folder:
 #   e2e/tools/build.sh [BIN_DIR]      (default: .e2e-cache/bin in the project)
 # A tool is rebuilt only when its pins, its Go files, this script or the Go version change (a stamp per tool), so
 # a warm run returns in seconds. Go's own module and build caches stay where Go keeps them, shared by every
@@ -63,6 +63,12 @@ prometheus=$(cd "$here/promtool" && go list -m -f '{{.Version}}' github.com/prom
 prometheus="3.$((10#${prometheus:4:2})).${prometheus##*.}"
 build promtool promtool -- -ldflags "-s -w -X github.com/prometheus/common/version.Version=$prometheus" \
   -o "$bin/promtool" github.com/prometheus/prometheus/cmd/promtool
+# Kueue stamps its release into pkg/version as its own Makefile does. kueue/go.sum carries the hash of
+# sigs.k8s.io/scheduler-library v0.1.0-alpha1 as Kueue v0.19.2's own go.sum records it: the checksum database,
+# asked through the module proxy, answers 404 for that version, so without the line Go refuses the module.
+kueue=$(cd "$here/kueue" && go list -m -f '{{.Version}}' sigs.k8s.io/kueue)
+build kueue kueue -- -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue" -o "$bin/kueue" \
+  sigs.k8s.io/kueue/cmd/kueue
 build k8s kube-apiserver kube-controller-manager kube-scheduler -- -ldflags "$k8s_ldflags" -o "$bin/" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler

@@ -445,17 +445,48 @@ CASES: list[Case] = [
      lambda d: networked(d, '[{"name": "collective", "namespace": "nlp-research"}]'), True, "vision-trainer"),
     ("default-network-swap", "tenant-networks-own-namespace", "dev",
      lambda d: default_network(d, "collective"), True, "vision-trainer"),
+
+    # "queue": the example stack in tenancy mode queue (examples/Pulumi.queue.yaml).
+    ("queued-tenants-without-gpu-quota", "tenant-gpu-quota", "queue", lambda d: None, False, None),
+    ("queued-tenant-loses-its-queue", "tenant-gpu-quota", "queue",
+     lambda d: remove(d, "tenant-analytics-queue-local-queue"), True, "tenant-analytics-namespace"),
+    ("guarantees-fit-the-pools", "queue-guarantee-within-capacity", "queue", lambda d: None, False, None),
+    ("guarantee-over-a-pool", "queue-guarantee-within-capacity", "queue",
+     lambda d: queue_quota(d, "analytics", 0).update(nominalQuota=5), True, "kueue-flavor-a10g-batch"),
+    ("borrowing-the-cohort-can-lend", "queue-borrowing-within-cohort", "queue", lambda d: None, False, None),
+    ("borrowing-more-than-the-cohort-lends", "queue-borrowing-within-cohort", "queue",
+     lambda d: queue_quota(d, "search-ranking", 0).update(borrowingLimit=3), True,
+     "tenant-search-ranking-queue-cluster-queue"),
+    ("flavors-tolerate-the-gpu-taint", "queue-flavors-tolerate-pools", "queue", lambda d: None, False, None),
+    ("flavor-without-toleration", "queue-flavors-tolerate-pools", "queue",
+     lambda d: inputs(d, "kueue-flavor-l4-inference")["spec"].update(tolerations=[]), True,
+     "kueue-flavor-l4-inference"),
+    ("flavor-selecting-no-pool", "queue-flavors-tolerate-pools", "queue",
+     lambda d: inputs(d, "kueue-flavor-l4-inference")["spec"].update(nodeLabels={labels.POOL_LABEL: "gone"}), True,
+     "kueue-flavor-l4-inference"),
 ]
+
+
+def queue_quota(doc: Document, tenant: str, flavor: int) -> dict[str, Any]:
+    """The GPU quota of a tenant's ClusterQueue in its `flavor`-th flavor."""
+    spec = inputs(doc, f"tenant-{tenant}-queue-cluster-queue")["spec"]
+    return spec["resourceGroups"][0]["flavors"][flavor]["resources"][0]
 
 
 def of(violations: list[Violation], policy: str) -> list[Violation]:
     return [v for v in violations if v.policy == policy]
 
 
+@pytest.fixture(scope="module")
+def queue_plan() -> Plan:
+    """The example stack in tenancy mode queue."""
+    return render_stack("queue", yaml.safe_load((ROOT / "examples" / "Pulumi.queue.yaml").read_text())["config"])
+
+
 @pytest.fixture
-def fresh(dev_plan: Plan, prod_plan: Plan) -> Callable[[str], Document]:
-    """A mutable copy of a shipped stack's plan."""
-    plans = {"dev": dev_plan, "prod": prod_plan}
+def fresh(dev_plan: Plan, prod_plan: Plan, queue_plan: Plan) -> Callable[[str], Document]:
+    """A mutable copy of a shipped stack's plan (or of the example in tenancy mode queue)."""
+    plans = {"dev": dev_plan, "prod": prod_plan, "queue": queue_plan}
     return lambda stack: copy.deepcopy(plans[stack].document)
 
 
@@ -689,3 +720,20 @@ def test_bring_your_own_pools_count_towards_the_capacity_quotas_are_checked_agai
     inputs(document, "tenant-nlp-research-gpu-quota")["spec"]["hard"][labels.GPU_QUOTA_KEY] = "9"
     [violation] = of(check_plan(document), "gpu-quota-within-capacity")
     assert "add up to 49 GPUs" in violation.message and "advertise 48" in violation.message
+
+
+def test_queue_policies_read_bring_your_own_pools_by_their_selector_and_capacity() -> None:
+    config = stack_config("onprem")
+    config["gpu-platform:tenancy"] = {"mode": "queue"}
+    doc = copy.deepcopy(render_stack("onprem", config).document)
+    assert check_plan(doc) == []
+    flavor = next(r for r in doc["resources"] if r["type"].endswith(":ResourceFlavor"))
+    pool = flavor["inputs"]["metadata"]["name"]
+    capacity = sum(r["inputs"]["bringYourOwn"]["nodes"] * r["inputs"]["bringYourOwn"]["advertisedGpusPerNode"]
+                   for r in doc["resources"] if r["name"] == f"pool-{pool}")
+    queue = next(r for r in doc["resources"] if r["type"].endswith(":ClusterQueue"))
+    quotas = queue["inputs"]["spec"]["resourceGroups"][0]["flavors"]
+    [quota] = [entry["resources"][0] for entry in quotas if entry["name"] == pool]
+    quota["nominalQuota"] = capacity + 1
+    [violation] = of(check_plan(doc), "queue-guarantee-within-capacity")
+    assert violation.name == flavor["name"] and f"its pool advertises {capacity}" in violation.message

@@ -1,0 +1,172 @@
+"""Kueue for tenancy mode `queue`: the pinned controller, a ResourceFlavor per GPU pool, WorkloadPriorityClasses as
+the priority tiers, the policy that keeps GPU work inside the queues, and per tenant a ClusterQueue in one cohort
+with the LocalQueue of its namespace."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+from components import labels
+from components.admission import VARIABLES
+from components.manifests import child_options, helm_release, metadata
+
+QUEUE_POLICY_NAME = labels.QUEUE_POLICY_NAME
+GPU = labels.GPU_RESOURCE
+# The tiers, as the PriorityClasses of the same names: Kueue orders and preempts workloads by these values.
+WORKLOAD_PRIORITIES = {labels.HIGH_PRIORITY_CLASS: 100000, labels.LOW_PRIORITY_CLASS: 1000}
+# Fair sharing on (Kueue reads `fairSharing` being set as on, pkg/scheduler/preemption/fairsharing/strategy.go): a
+# tenant above its share is preempted first; strategies as Kueue documents its defaults.
+FAIR_SHARING = {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
+
+
+def configuration() -> dict[str, Any]:
+    """Kueue's own configuration (config.kueue.x-k8s.io/v1beta2): the chart's defaults for probes, metrics, webhook
+    and leader election; batch Jobs as the one integration; fair sharing; only GPUs counted against queues (CPU and
+    memory stay under each namespace's compute quota, `IgnoreUndeclared`, beta and on in v0.19)."""
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "health": {"healthProbeBindAddress": ":8081"},
+        "metrics": {"bindAddress": ":8443"},
+        "webhook": {"port": 9443},
+        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "integrations": {"frameworks": ["batch/job"]},
+        "fairSharing": FAIR_SHARING,
+        "resources": {"quotaCheckStrategy": "IgnoreUndeclared"},
+    }
+
+
+# CEL on pods and batch Jobs in tenant namespaces (Kubernetes CEL, as the API server evaluates it).
+QUEUE_VARIABLES = {
+    "podSpec": "object.kind == 'Pod' ? object.spec : object.spec.template.spec",
+    "containers": "variables.podSpec.containers"
+                  " + (has(variables.podSpec.initContainers) ? variables.podSpec.initContainers : [])",
+    "requestsGpu": VARIABLES["requestsGpu"],
+    "jobLabels": "object.kind == 'Job' && has(object.metadata.labels) ? object.metadata.labels : {}",
+    "tenantClass": VARIABLES["tenantClass"],
+}
+QUEUE_VALIDATIONS = [
+    (f"object.kind != 'Pod' || !variables.requestsGpu || request.userInfo.username == '{labels.JOB_CONTROLLER}'",
+     f"GPU pods here are started by Kueue: submit a batch/v1 Job labelled {labels.QUEUE_NAME_LABEL}: "
+     f"{labels.TENANT_QUEUE}"),
+    (f"object.kind != 'Job' || !variables.requestsGpu"
+     f" || ('{labels.QUEUE_NAME_LABEL}' in variables.jobLabels"
+     f" && variables.jobLabels['{labels.QUEUE_NAME_LABEL}'] == '{labels.TENANT_QUEUE}')",
+     f"a GPU Job here waits in the tenant's queue: label it {labels.QUEUE_NAME_LABEL}: {labels.TENANT_QUEUE}"),
+    (f"!('{labels.WORKLOAD_PRIORITY_LABEL}' in variables.jobLabels)"
+     f" || variables.jobLabels['{labels.WORKLOAD_PRIORITY_LABEL}'] != '{labels.HIGH_PRIORITY_CLASS}'"
+     f" || variables.tenantClass == '{labels.HIGH_PRIORITY_CLASS}'",
+     f"this tenant may not use workload priority class {labels.HIGH_PRIORITY_CLASS}"),
+]
+
+
+def workload_priority_class(name: str, tier: str, value: int, opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
+    """A WorkloadPriorityClass: its `value` sits beside `metadata`, where CustomResource takes only `spec`, so it is
+    registered as CustomResource registers any custom object (its type token, the object as inputs)."""
+    kind = "WorkloadPriorityClass"
+    return pulumi.CustomResource(f"kubernetes:{labels.KUEUE_API_VERSION}:{kind}", name, {
+        "apiVersion": labels.KUEUE_API_VERSION, "kind": kind, "metadata": metadata(tier), "value": value,
+        "description": f"Kueue's order of {tier} workloads, as the PriorityClass {tier}"}, opts)
+
+
+@dataclass(frozen=True)
+class KueueArgs:
+    """The GPU pools and the labels that select each one's nodes (one ResourceFlavor each)."""
+
+    pools: dict[str, dict[str, str]]
+
+
+class Kueue(pulumi.ComponentResource):
+    """Kueue's chart, pinned, as a Helm release; a ResourceFlavor per pool that places admitted pods on its nodes (by
+    the labels that select them: the pool label, or a bring-your-own pool's selector) and
+    adds the GPU taint's toleration; the tiers as WorkloadPriorityClasses; and a policy, bound to every tenant
+    namespace, by which the API server refuses GPU pods no Kueue-admitted Job started and GPU Jobs outside the
+    tenant's queue. `installed` is what queues wait for: Kueue's CRDs and webhooks exist once it is."""
+
+    installed: pulumi.Resource
+
+    def __init__(self, name: str, args: KueueArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-platform:index:Kueue", name, None, opts)
+        namespace = k8s.core.v1.Namespace(f"{name}-namespace", metadata=metadata(labels.KUEUE_NAMESPACE),
+                                          opts=child_options(self, opts))
+        self.installed = helm_release(f"{name}-release", labels.KUEUE_CHART, labels.KUEUE_NAMESPACE, {
+            "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(configuration(), sort_keys=False)},
+        }, child_options(self, opts, namespace))
+        after = child_options(self, opts, self.installed)
+        for tier, value in WORKLOAD_PRIORITIES.items():
+            workload_priority_class(f"{name}-priority-{tier}", tier, value, after)
+        for pool, node_labels in args.pools.items():
+            k8s.apiextensions.CustomResource(
+                f"{name}-flavor-{pool}", api_version=labels.KUEUE_API_VERSION, kind="ResourceFlavor",
+                metadata=metadata(pool), spec={"nodeLabels": dict(node_labels),
+                                               "tolerations": [dict(labels.GPU_TOLERATION)]}, opts=after)
+        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-policy", metadata=metadata(QUEUE_POLICY_NAME), spec={
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [
+                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]},
+                    {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                     "resources": ["jobs"]}]},
+                "variables": [{"name": key, "expression": value} for key, value in QUEUE_VARIABLES.items()],
+                "validations": [{"expression": rule, "message": message} for rule, message in QUEUE_VALIDATIONS],
+            }, opts=child_options(self, opts))
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-policy-binding", metadata=metadata(QUEUE_POLICY_NAME), spec={
+                "policyName": QUEUE_POLICY_NAME, "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchExpressions": [
+                    {"key": labels.TENANT_LABEL, "operator": "Exists"}]}},
+            }, opts=child_options(self, opts, policy))
+        self.register_outputs({"namespace": labels.KUEUE_NAMESPACE})
+
+
+@dataclass(frozen=True)
+class TenantQueueArgs:
+    """A tenant's guarantee: nominal GPUs per pool (flavor), the limits of what it borrows and lends in each, its
+    fair-sharing weight, and the cohort it shares with."""
+
+    tenant: str
+    cohort: str
+    nominal: dict[str, int]
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+    weight: int = 1
+
+
+def cluster_queue_spec(args: TenantQueueArgs) -> dict[str, Any]:
+    """The ClusterQueue: GPUs per flavor in the pools' order; preemption reclaims lent GPUs from any borrower in
+    the cohort and, inside the queue, lets higher priority preempt lower; only the tenant's namespace may use it."""
+    flavors = []
+    for pool, nominal in args.nominal.items():
+        quota: dict[str, Any] = {"name": GPU, "nominalQuota": nominal}
+        if args.borrowing_limit is not None:
+            quota["borrowingLimit"] = args.borrowing_limit
+        if args.lending_limit is not None:
+            quota["lendingLimit"] = min(args.lending_limit, nominal)
+        flavors.append({"name": pool, "resources": [quota]})
+    return {
+        "cohortName": args.cohort,
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": args.tenant}},
+        "resourceGroups": [{"coveredResources": [GPU], "flavors": flavors}],
+        "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+        "fairSharing": {"weight": str(args.weight)},
+    }
+
+
+class TenantQueue(pulumi.ComponentResource):
+    """A tenant's ClusterQueue (named after it) and the LocalQueue `gpu` of its namespace that feeds it."""
+
+    def __init__(self, name: str, args: TenantQueueArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-platform:index:TenantQueue", name, None, opts)
+        cluster_queue = k8s.apiextensions.CustomResource(
+            f"{name}-cluster-queue", api_version=labels.KUEUE_API_VERSION, kind="ClusterQueue",
+            metadata=metadata(args.tenant), spec=cluster_queue_spec(args), opts=child_options(self, opts))
+        k8s.apiextensions.CustomResource(
+            f"{name}-local-queue", api_version=labels.KUEUE_API_VERSION, kind="LocalQueue",
+            metadata=metadata(labels.TENANT_QUEUE, args.tenant), spec={"clusterQueue": args.tenant},
+            opts=child_options(self, opts, cluster_queue))
+        self.register_outputs({"clusterQueue": args.tenant, "localQueue": labels.TENANT_QUEUE})

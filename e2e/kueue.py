@@ -1,0 +1,105 @@
+"""Kueue's controller manager, built from its Go module (e2e/tools/kueue), run against the local control plane.
+
+It runs with the configuration the chart is given (`components.kueue.configuration()`), changed only in where it
+runs: webhooks served on 127.0.0.1 with a certificate from the plane's CA, no leader election, no metrics. Its CRDs
+and webhook configurations are Kueue's own, read from its module (config/components), keeping only the webhooks of
+Kueue's kinds and of the one integration the platform enables (batch/job), as the chart keeps them.
+
+Stand-ins: the API server reaches the webhooks by URL (https://127.0.0.1:PORT/...), where the chart points them at
+the in-cluster Service `kueue-webhook-service` and Kueue manages its own certificate. With its own certificate
+management off, Kueue v0.19.2 also reads a metrics certificate from the fixed path /etc/kueue/metrics/certs
+(cmd/kueue/main.go), even with metrics off: it runs in a private mount namespace (unshare) where a tmpfs over /etc
+holds that certificate, so nothing is written outside the test's folder. Its visibility API server (listings of
+pending workloads, which no scenario reads) wants a certificate at /visibility: it is off here (VisibilityOnDemand).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from components.kueue import configuration
+from e2e.cluster import TOOLS, ControlPlane, free_port
+from e2e.kube import Kube, wait_for
+
+WEBHOOK_GROUPS = {"kueue.x-k8s.io", "batch"}  # Kueue's kinds, and batch/job: the frameworks the platform enables
+METRICS_CERTS = "/etc/kueue/metrics/certs"
+
+
+def module() -> Path:
+    """Kueue's module in the Go module cache, where the tool build put it."""
+    result = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kueue"], cwd=TOOLS / "kueue",
+                            capture_output=True, text=True, check=True, timeout=120,
+                            env={**os.environ, "GOFLAGS": "-mod=readonly", "GOTOOLCHAIN": "local"})
+    return Path(result.stdout.strip())
+
+
+def crds(source: Path) -> list[dict[str, Any]]:
+    bases = source / "config" / "components" / "crd" / "bases"
+    return [yaml.safe_load(path.read_text()) for path in sorted(bases.glob("*.yaml"))]
+
+
+def webhook_configurations(source: Path, url: str, ca: bytes) -> list[dict[str, Any]]:
+    """Kueue's webhook configurations, each webhook pointed at `url` + its path, trusting `ca`."""
+    documents = list(yaml.safe_load_all((source / "config/components/webhook/manifests.yaml").read_text()))
+    for document in documents:
+        document["metadata"]["name"] = f"kueue-{document['metadata']['name']}"
+        kept = []
+        for webhook in document["webhooks"]:
+            if {group for rule in webhook["rules"] for group in rule["apiGroups"]} <= WEBHOOK_GROUPS:
+                path = webhook["clientConfig"]["service"]["path"]
+                webhook["clientConfig"] = {"url": f"{url}{path}", "caBundle": base64.b64encode(ca).decode()}
+                kept.append(webhook)
+        document["webhooks"] = kept
+    return documents
+
+
+def serving_certificate(pki: Path, folder: Path) -> None:
+    """tls.crt and tls.key for 127.0.0.1, signed by the plane's CA, where controller-runtime looks for them."""
+    folder.mkdir(parents=True)
+    run = {"cwd": folder, "check": True, "capture_output": True, "timeout": 60}
+    subprocess.run(["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=kueue-webhook"], **run)
+    (folder / "san.ext").write_text("extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1\n")
+    subprocess.run(["openssl", "x509", "-req", "-in", "tls.csr", "-CA", str(pki / "ca.crt"), "-CAkey",
+                    str(pki / "ca.key"), "-CAcreateserial", "-out", "tls.crt", "-days", "2", "-extfile", "san.ext"],
+                   **run)
+
+
+def local_configuration(webhook_port: int, health_port: int, cert_dir: Path) -> dict[str, Any]:
+    """The shipped configuration, with only where it serves changed (and the visibility server off)."""
+    return {**configuration(),
+            "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+            "metrics": {"bindAddress": "0"},
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "featureGates": {"VisibilityOnDemand": False}}
+
+
+def start(plane: ControlPlane, admin: Kube) -> None:
+    """Install Kueue's CRDs, run its controller manager (stopped with the plane) and register its webhooks."""
+    source = module()
+    for crd in crds(source):
+        admin.apply(crd)
+    for crd in crds(source):
+        wait_for(lambda: any(c["type"] == "Established" and c["status"] == "True" for c in (admin.get(
+            "apiextensions.k8s.io/v1", "CustomResourceDefinition", crd["metadata"]["name"]) or {}).get(
+                "status", {}).get("conditions", [])), f"CRD {crd['metadata']['name']} established", timeout=60)
+    folder = plane.folder / "kueue"
+    serving_certificate(plane.folder / "pki", folder / "certs")
+    webhook_port, health_port = free_port(), free_port()
+    config = folder / "config.yaml"
+    config.write_text(yaml.safe_dump(local_configuration(webhook_port, health_port, folder / "certs")))
+    plane.spawn("kueue", "--config", str(config), "--kubeconfig", str(plane.kubeconfig), wrapper=(
+        "unshare", "--user", "--map-root-user", "--mount", "sh", "-c", f"mount -t tmpfs tmpfs /etc && mkdir -p "
+        f"{METRICS_CERTS} && cp \"$0\"/tls.crt \"$0\"/tls.key {METRICS_CERTS} && exec \"$@\"", str(folder / "certs")))
+    plane.wait_ready(f"http://127.0.0.1:{health_port}/readyz", lambda body: body.strip() == b"ok")
+    ca = (plane.folder / "pki" / "ca.crt").read_bytes()
+    for document in webhook_configurations(source, f"https://127.0.0.1:{webhook_port}", ca):
+        admin.apply(document)

@@ -1,0 +1,209 @@
+"""Tenancy mode `queue`, held by the real Kueue controller (v0.19.2, built from its module) and the real API server and
+scheduler: the example stack (examples/Pulumi.queue.yaml) applied, tenants borrowing idle GPUs, lenders reclaiming
+them, priority inside a tenant, and no GPU work outside the queues.
+
+Stand-ins, said where they are: Kueue's webhooks are reached on 127.0.0.1 (e2e/kueue.py), and GPU nodes are kwok's,
+shaped like the example's pools (GPU taint, pool label, advertised nvidia.com/gpu). Job pods run until deleted here
+(kwok without its stage that completes Job pods), so a job holds its GPUs for as long as a scenario needs.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes.dynamic.exceptions import NotFoundError
+
+from components import labels
+from components.kueue import QUEUE_VALIDATIONS
+from e2e import kueue
+from e2e.cluster import KWOK_STAGES, ControlPlane
+from e2e.conftest import Applied, apply_stack, install_crds, node_ready
+from e2e.kube import Kube, refusal, wait_for
+from e2e.stack import Stack
+from stacks.config import parse_stack_config
+from tests.conftest import ROOT, render_stack
+
+GPU = labels.GPU_RESOURCE
+PAUSE = "registry.k8s.io/pause:3.10"
+WORKLOAD = ("kueue.x-k8s.io/v1beta2", "Workload")
+EXAMPLE = yaml.safe_load((ROOT / "examples" / "Pulumi.queue.yaml").read_text())["config"]
+RUNNING = tuple(stage for stage in KWOK_STAGES if stage != "pod/fast/pod-complete.yaml")
+SETTLE_SECONDS = 90
+POOL = "a10g-batch"  # 2 nodes of 4 GPUs: llm-training guaranteed 4 (lends 2), analytics 4
+
+
+@pytest.fixture(scope="module")
+def queued(tools, tmp_path_factory) -> Iterator[Applied]:
+    values = {key.removeprefix("gpu-platform:"): value for key, value in copy.deepcopy(EXAMPLE).items()}
+    stack = Stack("queue", render_stack("queue", EXAMPLE), parse_stack_config(values))
+    with ControlPlane.start(tmp_path_factory.mktemp("cluster-queue"), stages=RUNNING) as plane:
+        admin = Kube(plane.kubeconfig)
+        install_crds(admin)
+        kueue.start(plane, admin)
+        for namespace in stack.missing_namespaces():
+            admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        for node in stack.nodes():
+            admin.create(node)
+        wait_for(lambda: all(node_ready(admin.get("v1", "Node", n["metadata"]["name"])) for n in stack.nodes()),
+                 "every kwok node Ready", timeout=60)
+        applied = Applied(stack, plane, admin)
+        apply_stack(applied)
+        for tenant in stack.tenants():
+            wait_for(lambda: admin.get("v1", "ServiceAccount", "default", tenant.name), f"{tenant.name}/default", 30)
+        yield applied
+        for client in [admin, *applied.users.values()]:
+            client.close()
+
+
+@pytest.fixture
+def cluster(queued: Applied) -> Iterator[Applied]:
+    """The applied example, every tenant job (and so its workload and pods) removed after the test."""
+    yield queued
+    for tenant in queued.stack.tenants():
+        for job in queued.admin.list("batch/v1", "Job", tenant.name):
+            try:
+                queued.admin.delete("batch/v1", "Job", job["metadata"]["name"], tenant.name)
+            except NotFoundError:
+                pass
+        wait_for(lambda: not queued.admin.list("v1", "Pod", tenant.name) and not queued.admin.list(
+            *WORKLOAD, tenant.name), f"jobs of {tenant.name} gone", timeout=SETTLE_SECONDS)
+
+
+def tenant_client(applied: Applied, name: str) -> Kube:
+    [tenant] = [tenant for tenant in applied.stack.tenants() if tenant.name == name]
+    return applied.user(f"{name}-member", tenant.rbac_group)
+
+
+def gpu_job(name: str, gpus: int, *, priority: str | None = None, queue: bool = True) -> dict[str, Any]:
+    """A Job of one pod asking for `gpus`, kept to POOL's flavor by its nodeSelector; no toleration of its own."""
+    job_labels = {labels.QUEUE_NAME_LABEL: labels.TENANT_QUEUE} if queue else {}
+    if priority:
+        job_labels[labels.WORKLOAD_PRIORITY_LABEL] = priority
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "labels": job_labels},
+            "spec": {"backoffLimit": 0, "template": {"spec": {
+                "restartPolicy": "Never", "nodeSelector": {labels.POOL_LABEL: POOL},
+                "containers": [{"name": "main", "image": PAUSE, "resources": {"limits": {GPU: str(gpus)}}}]}}}}
+
+
+def submit(applied: Applied, tenant: str, job: dict[str, Any]) -> None:
+    tenant_client(applied, tenant).create({**job, "metadata": {**job["metadata"], "namespace": tenant}})
+
+
+def workload(applied: Applied, tenant: str, job: str) -> dict[str, Any] | None:
+    for found in applied.admin.list(*WORKLOAD, tenant):
+        if any(owner["name"] == job for owner in found["metadata"].get("ownerReferences", [])):
+            return found
+    return None
+
+
+def condition(found: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    conditions = ((found or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == kind and c["status"] == "True"), None)
+
+
+def admitted(applied: Applied, tenant: str, job: str) -> dict[str, Any]:
+    """Wait until Kueue admits the job's workload and its pod runs on a node of POOL; the workload."""
+    found = wait_for(lambda: condition(workload(applied, tenant, job), "Admitted") and workload(applied, tenant, job),
+                     f"{tenant}/{job} admitted", timeout=SETTLE_SECONDS)
+    nodes = {node["metadata"]["name"] for node in applied.stack.nodes()
+             if node["metadata"]["labels"].get(labels.POOL_LABEL) == POOL}
+    wait_for(lambda: [pod for pod in applied.admin.list("v1", "Pod", tenant)
+                      if pod["metadata"].get("labels", {}).get("job-name") == job
+                      and pod["status"].get("phase") == "Running" and pod["spec"].get("nodeName") in nodes],
+             f"{tenant}/{job} running on {POOL}", timeout=SETTLE_SECONDS)
+    return found
+
+
+def preempted(applied: Applied, tenant: str, job: str) -> dict[str, Any]:
+    """Wait until Kueue preempts the job's workload and its pods are gone; the Preempted condition."""
+    found = wait_for(lambda: condition(workload(applied, tenant, job), "Preempted"), f"{tenant}/{job} preempted",
+                     timeout=SETTLE_SECONDS)
+    wait_for(lambda: not [pod for pod in applied.admin.list("v1", "Pod", tenant)
+                          if pod["metadata"].get("labels", {}).get("job-name") == job
+                          and not pod["metadata"].get("deletionTimestamp")],
+             f"{tenant}/{job} pods gone", timeout=SETTLE_SECONDS)
+    return found
+
+
+def settles_at(applied: Applied, tenant: str, expected: dict[str, int]) -> bool:
+    """Whether the tenant's ClusterQueue reports `expected` usage within a while (Kueue updates status after it
+    admits or evicts)."""
+    try:
+        wait_for(lambda: usage(applied, tenant) == expected, f"{tenant} using {expected}", timeout=SETTLE_SECONDS)
+    except TimeoutError:
+        return False
+    return True
+
+
+def usage(applied: Applied, tenant: str) -> dict[str, int]:
+    """The ClusterQueue's GPUs in use in POOL's flavor, and how many of them are borrowed, as Kueue reports them."""
+    queue = applied.admin.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", tenant) or {}
+    for flavor in (queue.get("status") or {}).get("flavorsUsage") or []:
+        if flavor["name"] == POOL:
+            [gpus] = [resource for resource in flavor["resources"] if resource["name"] == GPU]
+            return {"total": int(gpus.get("total", 0)), "borrowed": int(gpus.get("borrowed", 0))}
+    return {"total": 0, "borrowed": 0}
+
+
+def test_the_example_applies_with_every_queue_accepted_by_kueue_webhooks(queued: Applied) -> None:
+    assert queued.rejected == {}
+    for tenant in queued.stack.tenants():
+        queue = wait_for(lambda: condition(queued.admin.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", tenant.name),
+                                           "Active"), f"ClusterQueue {tenant.name} active", timeout=SETTLE_SECONDS)
+        assert queue
+    assert not [quota for tenant in queued.stack.tenants()
+                for quota in queued.admin.list("v1", "ResourceQuota", tenant.name)
+                if quota["metadata"]["name"] == "gpu-quota"]
+
+
+def test_a_tenant_borrows_idle_gpus_and_the_lender_reclaims_them(cluster: Applied) -> None:
+    submit(cluster, "analytics", gpu_job("own", 4))
+    admitted(cluster, "analytics", "own")
+    submit(cluster, "analytics", gpu_job("borrowed", 2))
+    admitted(cluster, "analytics", "borrowed")
+    assert settles_at(cluster, "analytics", {"total": 6, "borrowed": 2})  # llm-training's 2 lendable GPUs
+    submit(cluster, "llm-training", gpu_job("reclaim", 4))
+    preempted(cluster, "analytics", "borrowed")
+    admitted(cluster, "llm-training", "reclaim")
+    assert settles_at(cluster, "llm-training", {"total": 4, "borrowed": 0})  # within its nominal 4
+    assert condition(workload(cluster, "analytics", "own"), "Admitted")  # its guarantee is left alone
+
+
+def test_a_higher_priority_job_preempts_a_lower_one_inside_a_tenant(cluster: Applied) -> None:
+    submit(cluster, "analytics", gpu_job("own", 4))  # nothing left in the pool for llm-training to borrow
+    admitted(cluster, "analytics", "own")
+    submit(cluster, "llm-training", gpu_job("batch", 4, priority=labels.LOW_PRIORITY_CLASS))
+    admitted(cluster, "llm-training", "batch")
+    submit(cluster, "llm-training", gpu_job("deadline", 2, priority=labels.HIGH_PRIORITY_CLASS))
+    preempted(cluster, "llm-training", "batch")
+    admitted(cluster, "llm-training", "deadline")
+    assert condition(workload(cluster, "analytics", "own"), "Admitted")
+
+
+@pytest.mark.parametrize("name, obj, rule", [
+    ("a GPU job without a queue", gpu_job("unqueued", 1, queue=False), "'Job'"),
+    ("a bare GPU pod", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare"}, "spec": {
+        "containers": [{"name": "main", "image": PAUSE, "resources": {"limits": {GPU: "1"}}}]}}, "'Pod'"),
+])
+def test_gpu_work_outside_the_queue_is_refused(cluster: Applied, name: str, obj: dict[str, Any], rule: str) -> None:
+    [message] = [text for expression, text in QUEUE_VALIDATIONS if f"object.kind != {rule}" in expression]
+    text = refusal(lambda: submit(cluster, "analytics", obj))
+    assert message in text
+
+
+def test_a_low_priority_tenant_cannot_queue_at_high_priority(cluster: Applied) -> None:
+    text = refusal(lambda: submit(cluster, "analytics", gpu_job("jump", 1, priority=labels.HIGH_PRIORITY_CLASS)))
+    assert f"workload priority class {labels.HIGH_PRIORITY_CLASS}" in text
+
+
+def test_a_tenant_sees_why_its_job_waits_but_cannot_change_its_queue(cluster: Applied) -> None:
+    user = tenant_client(cluster, "analytics")
+    assert user.can("list", "workloads", "analytics", group="kueue.x-k8s.io")
+    assert user.can("get", "localqueues", "analytics", group="kueue.x-k8s.io")
+    assert not user.can("update", "localqueues", "analytics", group="kueue.x-k8s.io")
+    assert not user.can("update", "workloads", "analytics", group="kueue.x-k8s.io")
+    assert not user.can("list", "workloads", "llm-training", group="kueue.x-k8s.io")

@@ -1,0 +1,49 @@
+"""The example stack files under examples/ (the docs point at them): each renders, passes every policy, and its
+custom resources are valid against their real CRDs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuctl.check import check_plan
+from gpuctl.render import render_plan, write_render
+from gpuctl.stackfile import load_stack_file
+from tests.conftest import ROOT, Plan
+from tests.test_crds import CHECKER, METADATA_ARTEFACT, crd_check
+
+EXAMPLES = sorted((ROOT / "examples").glob("Pulumi.*.yaml"))
+
+
+@pytest.fixture(scope="module", params=EXAMPLES, ids=[path.name for path in EXAMPLES])
+def example(request) -> Plan:
+    return Plan(render_plan(load_stack_file(request.param)))
+
+
+def test_there_is_an_example_of_queue_tenancy() -> None:
+    assert ROOT / "examples" / "Pulumi.queue.yaml" in EXAMPLES
+
+
+def test_the_example_passes_every_policy(example: Plan) -> None:
+    assert check_plan(example.document) == []
+
+
+@pytest.mark.skipif(not CHECKER.is_file(), reason=f"{CHECKER} is not beside the project here")
+def test_the_examples_custom_resources_match_their_crds(example: Plan, tmp_path: Path) -> None:
+    write_render(example.document, tmp_path / "render")
+    report = crd_check(tmp_path / "render" / "manifests")
+    assert report["checked"] > 0
+    assert [error for error in report["errors"] if not error.endswith(METADATA_ARTEFACT)] == []
+
+
+def test_the_queue_example_guarantees_what_its_tenants_declare(example: Plan) -> None:
+    tenants = example.outputs["tenants"]
+    if not all(tenant.get("tenancy") == "queue" for tenant in tenants.values()):
+        pytest.skip("not a queue example")
+    queues = {queue["metadata"]["name"]: queue["spec"] for queue in example.kind("ClusterQueue")}
+    for name, tenant in tenants.items():
+        flavors = queues[name]["resourceGroups"][0]["flavors"]
+        assert sum(flavor["resources"][0]["nominalQuota"] for flavor in flavors) == tenant["gpus"]
+    assert example.kind("ResourceQuota") and not [quota for quota in example.kind("ResourceQuota")
+                                                  if quota["metadata"]["name"] == "gpu-quota"]
