@@ -307,6 +307,9 @@ def summary_lines(summary: FleetSummary) -> list[str]:
                      f"{row['GPU quota']}, {row['priority class']}")
     if rows and same:
         lines.append(f"  {same} unchanged")
+    if summary.retirements:
+        lines.append("Retired:")
+        lines += [f"  {line}" for line in summary.retirements]
     lines.append("Capacity:")
     lines += [f"  {row['']}: {row['value']}" for row in capacity_rows(summary)]
     lines.append("Destructive:" + ("" if summary.destructive else " nothing"))
@@ -444,6 +447,8 @@ def to_markdown(review: Review, limit: int = COMMENT_LIMIT) -> str:
     rows, same = tenant_rows(summary)
     head += ["#### Tenants", "", *table(rows), *([""] if rows else []),
              *([f"{same} tenant{'s' if same != 1 else ''} unchanged.", ""] if same else [])]
+    if summary.retirements:
+        head += ["#### Retired", "", *[f"- {_cell(line)}" for line in summary.retirements], ""]
     head += ["#### Capacity", "", *table(capacity_rows(summary)), ""]
     if summary.unknowns:
         head += ["#### Depends on live cluster state not read", "", *[f"- {_cell(line)}" for line in summary.unknowns],

@@ -69,6 +69,7 @@ class RecordingMonitor(mocks.MockMonitor):
                 "replaceOnChanges": list(request.replaceOnChanges),
                 "deleteBeforeReplace": bool(request.deleteBeforeReplace),
                 "protect": bool(request.protect),
+                "retainOnDelete": bool(request.retainOnDelete),
                 "ignoreChanges": list(request.ignoreChanges),
                 "customTimeouts": _timeouts(request),
             },

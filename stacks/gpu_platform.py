@@ -17,7 +17,7 @@ from components.monitoring import MonitoringStack, MonitoringStackArgs
 from components.nfd import NfdStack, NfdStackArgs
 from components.node_drain import NodeDrain, NodeDrainArgs
 from components.node_pool import (AutoScalingPlacement, BringYourOwnPlacement, GpuNodePool, GpuNodePoolArgs,
-                                  InstanceRefresh, MachineSetPlacement, cluster_autoscaler)
+                                  InstanceRefresh, MachineSetPlacement, cluster_autoscaler, group_prefix)
 from components.node_profile import NodeTuning
 from components.tenant_network import TenantNetwork, network_admission_args
 from components.tenant_quota import TenantQuota, TenantQuotaArgs, self_provisioning_off, tenant_role
@@ -72,8 +72,7 @@ class GpuPlatform(pulumi.ComponentResource):
         pool_args = {pool.name: self._pool_args(config, pool, tuning) for pool in config.node_pools}
         # Kubernetes: the drain runs before any group exists or rolls, so no node terminates undrained.
         drain = [NodeDrain("node-drain", NodeDrainArgs(
-            cluster=cluster.name, region=cluster.region, groups=tuple(
-                f"{cluster.name}-gpu-{pool.name}" for pool in config.aws_pools),
+            cluster=cluster.name, region=cluster.region, group_prefix=group_prefix(cluster.name),
             drain_timeout_seconds=max(pool.roll.drain_timeout_seconds for pool in config.aws_pools),
             role=cluster.node_termination_handler_role), pulumi.ResourceOptions(parent=self)).ready
         ] if config.aws_pools else []
@@ -125,8 +124,8 @@ class GpuPlatform(pulumi.ComponentResource):
             "keptKernels": [target.key for target in inventory.kept],
             "declaredKernels": sorted(target.key for target in config.declared_kernels),
             "driverImages": driver.images,
-            "tenants": {tenant.name: {"gpus": tenant.gpus, "priorityClass": tenant.priority_class}
-                        for tenant in config.tenants},
+            "tenants": {tenant.name: {"gpus": tenant.gpus, "priorityClass": tenant.priority_class,
+                                      "retired": tenant.retired} for tenant in config.tenants},
             "pools": {pool.name: {
                 "instanceType": pool.instance_type, "nodes": pool.replicas, "minNodes": pool.autoscaler_min,
                 "maxNodes": pool.autoscaler_max, "gpusPerNode": pool.instance.gpus, "gpuModel": pool.instance.gpu_model,
