@@ -187,6 +187,7 @@ class GpuNodePool(pulumi.ComponentResource):
             # `pulumi up` waits neither for machines (capacity may be unavailable) nor, on delete, for their drain.
             labels.SKIP_AWAIT: "true",
             labels.DELETION_PROPAGATION: "background",
+            labels.CONFIGURED_NODES: str(pool.replicas),
         }
         k8s.apiextensions.CustomResource(
             name,
@@ -278,6 +279,7 @@ class GpuNodePool(pulumi.ComponentResource):
             # aws_manager.go extractLabelsFromAsg: node-template/label/<key> = <value>, for scale from zero.
             **kernel_annotations(pool),
             IMAGE_TAG: pool.image,
+            labels.CONFIGURED_NODES: str(pool.replicas),
             **{labels.CA_LABEL_TAG.format(key=key): value for key, value in node_labels.items()},
             labels.CA_LABEL_TAG.format(key=labels.NVIDIA_PCI_LABEL): "true",
             **efa_autoscaler_tags(pool.efa_interfaces),

@@ -17,6 +17,7 @@ from gpuctl import diff as plan_diff
 from gpuctl.cli import (OK, ROOT, VIOLATION, add_format_arguments, add_stack_arguments, console, empty_plan,
                         observed_nodes, output_format_of, stack_file)
 from gpuctl.render import render_plan
+from gpuctl.runtime import fingerprinted_secrets
 from gpuctl.stackfile import stack_file_path
 from fleet.kernels import KernelTarget
 from stacks.config import ConfigError
@@ -30,8 +31,9 @@ def _git(*args: str, cwd: Path = ROOT) -> str:
     return result.stdout.strip()
 
 
-def render_at(ref: str, stack: str, observed_file: str | None) -> dict[str, Any]:
-    """Render the stack with the program and stack file as they are at `ref`, in a scratch folder."""
+def render_at(ref: str, stack: str, observed_file: str | None, pull_secret_file: str | None = None) -> dict[str, Any]:
+    """Render the stack with the program and stack file as they are at `ref`, in a scratch folder, with the same
+    pull secret as the head (from the same file, or the environment it inherits)."""
     try:
         commit = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     except ConfigError:
@@ -45,6 +47,8 @@ def render_at(ref: str, stack: str, observed_file: str | None) -> dict[str, Any]
         command = [sys.executable, "-m", "gpuctl", "render", "--stack", stack, "--out", str(out), "--offline"]
         if observed_file:
             command += ["--observed-nodes", str(Path(observed_file).resolve())]
+        if pull_secret_file:
+            command += ["--registry-pull-secret-file", str(Path(pull_secret_file).resolve())]
         result = subprocess.run(command, cwd=tree, capture_output=True, text=True)
         if result.returncode != 0:
             reason = (result.stderr.strip().splitlines() or ["it failed"])[-1]
@@ -103,14 +107,33 @@ def preflight_images(plan: dict[str, Any], offline: bool) -> tuple[str, dict[str
     return f"passed ({len(distinct)} driver images found)", dict.fromkeys(distinct, summary.VERIFIED), None
 
 
+def refuse_kernel_without_image(old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Refuse an AWS pool whose kernel changes while its image stays: the same image boots the old kernel, so the
+    preview would promise a kernel upgrade and a roll that change nothing on the nodes."""
+    before = summary.pool_states(old)
+    for name, after in summary.pool_states(new).items():
+        was = before.get(name)
+        if was and after.roll.get("method") == "instance-refresh" and was.kernel and after.kernel \
+                and was.kernel != after.kernel and was.image == after.image:
+            raise ConfigError(
+                f"gpu-platform:nodePools[{name}].kernel and .image: the kernel changes ({was.kernel} -> "
+                f"{after.kernel}) but the image stays {after.image}, which boots the old kernel; change both "
+                "together (an image that boots the new kernel) or neither")
+
+
 def run(args: argparse.Namespace) -> int:
     output_format = output_format_of(args)
     observed = observed_nodes(args.observed_nodes)
     if args.base is not None and not args.base.strip():  # an unset CI variable: not "diff against nothing"
         raise ConfigError("--base: empty; pass a branch, tag or commit, or leave --base out to preview a new "
                           "deployment")
-    old = render_at(args.base, args.stack, args.observed_nodes) if args.base else empty_plan(args.stack)
-    new = render_plan(stack_file(args), observed, online=not args.offline, previous=base_kernels(old))
+    # One key for both renders, this run only: a secret that changed shows a changed fingerprint, and the
+    # fingerprint says nothing about the value outside this run.
+    with fingerprinted_secrets():
+        old = render_at(args.base, args.stack, args.observed_nodes, args.registry_pull_secret_file) if args.base \
+            else empty_plan(args.stack)
+        new = render_plan(stack_file(args), observed, online=not args.offline, previous=base_kernels(old))
+    refuse_kernel_without_image(old, new)
     checked, statuses, missing = preflight_images(new, args.offline)
     changes = plan_diff.diff_plans(old, new)
     plan_diff.refuse_driver_removal(changes, observed or [])
@@ -123,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
         summary.summarize(old, new, changes, preflight=statuses, offline=args.offline and observed is None),
         violations, len(new["resources"]), checked, kept_note(new), new_driver_images(old, new),
         policies=check.policies_run(policy_config))
+    if args.json_file:
+        Path(args.json_file).write_text(json.dumps(report.to_json(review), indent=2) + "\n")
     if output_format == "json":
         print(json.dumps(report.to_json(review), indent=2))
     elif output_format == "markdown":
@@ -146,4 +171,6 @@ def register(commands) -> None:
     add_format_arguments(parser)
     parser.add_argument("--offline", action="store_true", help="skip the registry preflight and live discovery")
     parser.add_argument("--policy-config", metavar="FILE", help="policy pack config (JSON), as for `gpuctl check`")
+    parser.add_argument("--json-file", metavar="FILE", help="also write the whole review as JSON to FILE (the "
+                                                           "Markdown comment cuts long summaries)")
     parser.set_defaults(run=run)

@@ -689,3 +689,19 @@ def test_bring_your_own_pools_count_towards_the_capacity_quotas_are_checked_agai
     inputs(document, "tenant-nlp-research-gpu-quota")["spec"]["hard"][labels.GPU_QUOTA_KEY] = "9"
     [violation] = of(check_plan(document), "gpu-quota-within-capacity")
     assert "add up to 49 GPUs" in violation.message and "advertise 48" in violation.message
+
+
+@pytest.mark.parametrize(("stack", "size_path"), [("prod", ("desiredCapacity",)), ("dev", ("spec", "replicas"))])
+def test_capacity_is_judged_at_the_configured_size_under_both_runtimes(fresh: Callable[[str], Document], stack: str,
+                                                                        size_path: tuple[str, ...]) -> None:
+    """Under `pulumi up` a stack policy sees outputs: the size the autoscaler moved a pool to (here: scaled to zero
+    overnight), not the configured one gpuctl sees in the inputs. Both judge the configured size the pool records."""
+    doc = fresh(stack)
+    assert of(check_plan(doc), "gpu-quota-within-capacity") == []
+    for record in doc["resources"]:
+        if record["type"] in ("aws:autoscaling/group:Group", "kubernetes:machine.openshift.io/v1beta1:MachineSet"):
+            target = record["inputs"]
+            for key in size_path[:-1]:
+                target = target[key]
+            target[size_path[-1]] = 0  # the live size, as the engine's outputs would show it
+    assert of(check_plan(doc), "gpu-quota-within-capacity") == []
