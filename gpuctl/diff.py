@@ -59,12 +59,18 @@ class Step:
         """The resource as the head plan has it (None for a delete)."""
         return None if self.op == "delete" else self.resource
 
+    @property
+    def retained(self) -> bool:
+        """A delete the engine only drops from the stack's state (retainOnDelete): the object stays."""
+        return self.op == "delete" and bool((self.old or self.resource).get("options", {}).get("retainOnDelete"))
+
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "urn": self.resource["urn"], "type": self.resource["type"],
                 "name": self.resource["name"], "object": object_name(self.resource),
                 "diffs": [change.path for change in self.changes],
                 "detailedDiff": [change.to_json() for change in self.changes],
                 "replaceReasons": self.replace_reasons,
+                "retainOnDelete": self.retained,
                 "old": self.old["inputs"] if self.old else None,
                 "new": self.new["inputs"] if self.new else None}
 

@@ -194,7 +194,8 @@ def diff_lines(diff: PlanDiff) -> list[tuple[str, str]]:
             out.append(("", f"    {'  ' * depth}{component['type']}  {component['name']}"))
         shown = chain + [step.resource["urn"]]  # a component step heads its own children
         indent = "  " * len(chain)
-        out.append((step.op, f"{SYMBOLS[step.op]:<4}{indent}{resource_title(step)}  {step.op}"))
+        out.append((step.op, f"{SYMBOLS[step.op]:<4}{indent}{resource_title(step)}  {step.op}"
+                    + ("  (retained: dropped from the stack's state, left in place)" if step.retained else "")))
         if step.op == "create":
             out += [(step.op, f"    {indent}    {line}") for line in key_fields(step.resource)]
         for change in step.changes:
