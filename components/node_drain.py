@@ -76,8 +76,9 @@ class NodeDrain(pulumi.ComponentResource):
         rule = aws.cloudwatch.EventRule(
             f"{name}-rule", name=f"{prefix}-node-termination",
             description="Termination lifecycle actions of the GPU pools, for the node termination handler",
-            event_pattern=json.dumps({"source": ["aws.autoscaling"], "detail-type": [TERMINATE_ACTION],
-                                      "detail": {"AutoScalingGroupName": [{"prefix": args.group_prefix}]}}, sort_keys=True),
+            event_pattern=json.dumps({
+                "source": ["aws.autoscaling"], "detail-type": [TERMINATE_ACTION],
+                "detail": {"AutoScalingGroupName": [{"prefix": args.group_prefix}]}}, sort_keys=True),
             opts=child)
         aws.sqs.QueuePolicy(f"{name}-queue-policy", queue_url=queue.url, policy=pulumi.Output.all(
             queue.arn, rule.arn).apply(lambda arns: json.dumps({"Version": "2012-10-17", "Statement": [{

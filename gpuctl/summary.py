@@ -402,7 +402,8 @@ def _pool_change(name: str, before: PoolState | None, after: PoolState | None, s
     for step in drivers:
         phrase, out = _driver_roll(step, after)
         phrases.append(phrase)
-        gpus_out = max(gpus_out or 0, out or 0) or gpus_out
+        if out is not None:
+            gpus_out = max(gpus_out or 0, out)
     capped = after.max_nodes is not None and before.max_nodes is not None and after.max_nodes < before.max_nodes
     if capped and method == "instance-refresh":
         phrases.append(f"maximum {before.max_nodes} -> {after.max_nodes}: AWS lowers the group's size to the new "
@@ -506,7 +507,8 @@ def _destructive(diff: PlanDiff, pools: list[PoolChange], tenants: list[TenantCh
             items.append(Destructive(f"pool {pool.name}", f"{pool.before.nodes} nodes, {pool.before.gpus} GPUs "
                                      f"({pool.before.instance_type})"))
         elif pool.before and pool.after and pool.after.max_nodes is not None and pool.before.max_nodes is not None \
-                and pool.after.max_nodes < pool.before.max_nodes and pool.after.roll.get("method") == "instance-refresh":
+                and pool.after.max_nodes < pool.before.max_nodes \
+                and pool.after.roll.get("method") == "instance-refresh":
             items.append(Destructive(f"pool {pool.name} maximum {pool.before.max_nodes} -> {pool.after.max_nodes}",
                                      "any running nodes above the new maximum (AWS lowers the group's size to it)"))
         elif pool.before and pool.after and pool.after.nodes < pool.before.nodes and pool.size_applied:

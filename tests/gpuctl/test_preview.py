@@ -396,7 +396,8 @@ def edit_dev(repo):
 
 def test_an_openshift_release_rolls_when_you_start_the_upgrade_and_an_image_reaches_new_machines(edit_dev):
     edit_dev('release: "4.18.24"\n    kernel: 5.14.0-427.87.1.el9_4.x86_64',
-             'release: "4.19.10"\n    kernel: 5.14.0-570.28.1.el9_6.x86_64\n    nfdOperatorCsv: nfd.4.19.0-202509240837')
+             'release: "4.19.10"\n    kernel: 5.14.0-570.28.1.el9_6.x86_64\n'
+             '    nfdOperatorCsv: nfd.4.19.0-202509240837')
     repo = edit_dev("image: ami-0a6c2d1e5f3b7c9d1", "image: ami-0c8e4f3a7b5d9f1a3")  # t4-inference
     result = preview(repo, "--stack", "dev", "--base", "HEAD", "--offline")
     assert result.returncode == 0, result.stderr
