@@ -367,7 +367,9 @@ def _pool_change(name: str, before: PoolState | None, after: PoolState | None, s
     if brought:
         kernel = (f"kernel {before.kernel} -> {after.kernel}: its driver is declared now; you reboot the nodes into "
                   "it" if before.kernel != after.kernel else "")
-        return PoolChange(name, before, after, kernel or "no roll (nodes are not this stack's)")
+        rolls = [_driver_roll(step, after)[0] for step in drivers]
+        return PoolChange(name, before, after, "; ".join(filter(None, [kernel, *rolls]))
+                          or "no roll (nodes are not this stack's)")
     replaced = any(step.op == "replace" and step.resource["type"] == ASG for step in steps)
     template_changed = not replaced and (any(step.resource["type"] == LAUNCH_TEMPLATE for step in steps) or any(
         step.resource["type"] == MACHINE_SET and any(c.path.startswith("spec.template") for c in step.changes)
