@@ -553,7 +553,7 @@ def _destructive(diff: PlanDiff, pools: list[PoolChange], tenants: list[TenantCh
             reasons = ", ".join(f"{c.named} {c.old} -> {c.new}" for c in step.changes
                                 if c.path in step.replace_reasons)
             items.append(Destructive(f"{resource['type'].rsplit(':', 1)[-1]} provider replaced ({reasons})",
-                                     f"every resource it manages is replaced with it: {len(users)} resources, "
+                                     f"every resource it manages, replaced with it: {len(users)} resources, "
                                      "every pool's nodes among them", engine))
         elif engine:
             items.append(Destructive(f"{resource['name']} {verb}", object_name(resource) or resource["type"], engine))
