@@ -305,36 +305,9 @@ def stack_file_from_config(stack: str, values: Mapping[str, Any]) -> StackFile:
                                   f"re-run `pulumi config set --secret {short_key}`")
             value = ENCRYPTED_SHAPES[full_key](value["secure"]) if full_key in ENCRYPTED_SHAPES else ENCRYPTED
             secret_keys.append(full_key)
-        elif _holds_secure(value):
-            # As the Pulumi CLI does: a structured value with a `secure:` inside is secret as a whole.
-            value = _without_ciphertext(value)
-            secret_keys.append(full_key)
         elif (path := _encrypted_inside(value)) is not None:
             # The ciphertext is never shown: naming where it is says enough.
             raise ConfigError(f"{full_key}{path}: is encrypted (secure:), which gpuctl cannot decrypt offline; only "
                               f"{PROJECT}:registryPullSecret is a secret, so write this value in plain text")
         config[full_key] = value
     return StackFile(stack, config, secret_keys)
-
-
-def _is_secure(value: Any) -> bool:
-    return isinstance(value, dict) and set(value) == {"secure"}
-
-
-def _holds_secure(value: Any) -> bool:
-    """Whether a `secure:` value sits anywhere inside a structured value."""
-    if _is_secure(value):
-        return True
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
-    return any(_holds_secure(item) for item in items)
-
-
-def _without_ciphertext(value: Any) -> Any:
-    """The structured value with each `secure:` inside replaced by the placeholder offline renders see."""
-    if _is_secure(value):
-        return ENCRYPTED
-    if isinstance(value, dict):
-        return {key: _without_ciphertext(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_without_ciphertext(item) for item in value]
-    return value

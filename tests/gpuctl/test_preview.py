@@ -360,7 +360,7 @@ def test_a_secure_value_nested_in_structured_config_is_refused_not_shown(edit_pr
     result = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline")
     assert result.returncode == 2 and "NESTEDCIPHERTEXT" not in result.stdout + result.stderr
     [line] = result.stderr.strip().splitlines()
-    assert "gpu-platform:cluster: holds a `secure:` value" in line
+    assert line.startswith("error: gpu-platform:cluster.instanceProfile: is encrypted (secure:)")
 
 
 def test_the_comment_for_1200_new_tenants_fits_github(edit_prod, tmp_path):
