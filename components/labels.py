@@ -33,6 +33,10 @@ TENANT_ROLE = "gpu-platform-tenant"  # the ClusterRole a tenant's group holds in
 DRIVER_TARGET_LABEL = "gpu-platform.io/driver-target"
 KERNEL_ANNOTATION = "gpu-platform.io/kernel"
 OS_ANNOTATION = "gpu-platform.io/os"
+# The node count a pool is configured with, on its Auto Scaling Group (tag) or MachineSet (annotation): the capacity
+# policy reads it, the same under `pulumi up` (which hands stack policies the live size the autoscaler moved) and
+# under gpuctl (the inputs).
+CONFIGURED_NODES = "gpu-platform.io/configured-nodes"
 
 # Namespaces: where the operators and their operands run, per flavor (NVIDIA's and Red Hat's documented ones).
 GPU_OPERATOR_NAMESPACES = {"kubernetes": "gpu-operator", "openshift": "nvidia-gpu-operator"}

@@ -38,7 +38,12 @@ HANDLER_DESCRIBE_ACTIONS = ("autoscaling:DescribeAutoScalingInstances", "autosca
 
 @dataclass(frozen=True)
 class NodeDrainArgs:
-    """The cluster's pools (Auto Scaling Group names), how long a drain may take, and who may run the handler.
+    """The prefix of the cluster's pools' Auto Scaling Group names, how long a drain may take, and who may run the
+    handler.
+
+    By prefix, not by name: a pool removed in a change keeps its drain until its group is gone. Listing the groups
+    would drop the removed one from the rule and the policy in an update, which the engine runs before it deletes
+    the group, so its nodes would terminate with no handler hearing of them.
 
     `role`: the IAM role of the nodes the handler runs on (it tolerates no GPU taint, so never a GPU node it
     might have to drain). On a plain Kubernetes cluster a pod has its node's instance-profile credentials; the
@@ -47,7 +52,7 @@ class NodeDrainArgs:
 
     cluster: str
     region: str
-    groups: tuple[str, ...]
+    group_prefix: str
     drain_timeout_seconds: int
     role: str | None = None
 
@@ -66,13 +71,14 @@ class NodeDrain(pulumi.ComponentResource):
         queue = aws.sqs.Queue(f"{name}-queue", name=f"{prefix}-node-termination",
                               message_retention_seconds=max(60, args.drain_timeout_seconds),
                               sqs_managed_sse_enabled=True, opts=child)
-        # Only this stack's groups: the handler sees no event of another cluster's instances (so it needs no
-        # managed-tag check, which would skip instances launched before the tag existed).
+        # Only this stack's groups (EventBridge prefix matching): the handler sees no event of another cluster's
+        # instances (so it needs no managed-tag check, which would skip instances launched before the tag existed).
         rule = aws.cloudwatch.EventRule(
             f"{name}-rule", name=f"{prefix}-node-termination",
             description="Termination lifecycle actions of the GPU pools, for the node termination handler",
-            event_pattern=json.dumps({"source": ["aws.autoscaling"], "detail-type": [TERMINATE_ACTION],
-                                      "detail": {"AutoScalingGroupName": sorted(args.groups)}}, sort_keys=True),
+            event_pattern=json.dumps({
+                "source": ["aws.autoscaling"], "detail-type": [TERMINATE_ACTION],
+                "detail": {"AutoScalingGroupName": [{"prefix": args.group_prefix}]}}, sort_keys=True),
             opts=child)
         aws.sqs.QueuePolicy(f"{name}-queue-policy", queue_url=queue.url, policy=pulumi.Output.all(
             queue.arn, rule.arn).apply(lambda arns: json.dumps({"Version": "2012-10-17", "Statement": [{
@@ -81,8 +87,8 @@ class NodeDrain(pulumi.ComponentResource):
         target = aws.cloudwatch.EventTarget(f"{name}-target", rule=rule.name, target_id="node-termination-queue",
                                             arn=queue.arn, opts=child)
         partition = "aws-us-gov" if "-gov-" in args.region else "aws"
-        groups = [f"arn:{partition}:autoscaling:{args.region}:*:autoScalingGroup:*:autoScalingGroupName/{group}"
-                  for group in sorted(args.groups)]
+        groups = f"arn:{partition}:autoscaling:{args.region}:*:autoScalingGroup:*:autoScalingGroupName/" \
+                 f"{args.group_prefix}*"
         # Written from names alone (any account), so the preview shows the whole policy before it exists.
         queue_arn = f"arn:{partition}:sqs:{args.region}:*:{prefix}-node-termination"
         policy = aws.iam.Policy(

@@ -187,6 +187,7 @@ class GpuNodePool(pulumi.ComponentResource):
             # `pulumi up` waits neither for machines (capacity may be unavailable) nor, on delete, for their drain.
             labels.SKIP_AWAIT: "true",
             labels.DELETION_PROPAGATION: "background",
+            labels.CONFIGURED_NODES: str(pool.replicas),
         }
         k8s.apiextensions.CustomResource(
             name,
@@ -248,7 +249,7 @@ class GpuNodePool(pulumi.ComponentResource):
 
     def _auto_scaling_group(self, name: str, pool: GpuNodePoolArgs, cluster: AutoScalingPlacement,
                             node_labels: dict[str, str], opts: pulumi.ResourceOptions) -> None:
-        group_name = f"{cluster.cluster}-gpu-{pool.name}"
+        group_name = f"{group_prefix(cluster.cluster)}{pool.name}"
         template = aws.ec2.LaunchTemplate(
             f"{name}-launch-template",
             name=group_name,
@@ -278,6 +279,7 @@ class GpuNodePool(pulumi.ComponentResource):
             # aws_manager.go extractLabelsFromAsg: node-template/label/<key> = <value>, for scale from zero.
             **kernel_annotations(pool),
             IMAGE_TAG: pool.image,
+            labels.CONFIGURED_NODES: str(pool.replicas),
             **{labels.CA_LABEL_TAG.format(key=key): value for key, value in node_labels.items()},
             labels.CA_LABEL_TAG.format(key=labels.NVIDIA_PCI_LABEL): "true",
             **efa_autoscaler_tags(pool.efa_interfaces),
@@ -319,6 +321,9 @@ class GpuNodePool(pulumi.ComponentResource):
         # A separate resource: the group's `initial_lifecycle_hooks` is force-new, a change would replace the group.
         # A terminating instance (refresh, scale-in, rebalance) waits here until the node termination handler has
         # drained its node and completes the action, at most the heartbeat; then it terminates (CONTINUE).
+        # The engine deletes dependents first, so it would delete the hook before the group and the group's
+        # scale-to-zero would terminate its nodes undrained: the hook is retained on delete instead, and
+        # DeleteAutoScalingGroup removes it with the group once every node has gone through it.
         aws.autoscaling.LifecycleHook(
             f"{name}-drain-hook",
             name=f"{group_name}-drain",
@@ -326,7 +331,7 @@ class GpuNodePool(pulumi.ComponentResource):
             lifecycle_transition=TERMINATING,
             heartbeat_timeout=refresh.drain_timeout_seconds,
             default_result="CONTINUE",
-            opts=opts,
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(retain_on_delete=True)),
         )
 
 
@@ -366,6 +371,11 @@ def cluster_autoscaler(name: str, pools: list[GpuNodePoolArgs],
         },
         opts=opts,
     )
+
+
+def group_prefix(cluster: str) -> str:
+    """What every pool's Auto Scaling Group name (and so its drain's rule and policy) starts with."""
+    return f"{cluster}-gpu-"
 
 
 def kernel_annotations(pool: GpuNodePoolArgs) -> dict[str, str]:

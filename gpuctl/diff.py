@@ -22,6 +22,7 @@ from fleet.kernels import KernelTarget, ObservedNode
 
 SYMBOLS = {"create": "+", "update": "~", "replace": "+-", "delete": "-"}
 NVIDIA_DRIVER = "kubernetes:nvidia.com/v1alpha1:NVIDIADriver"
+PROVIDER_REPLACED = "provider (replaced)"  # the replace reason of a resource whose provider is replaced
 
 
 @dataclass(frozen=True)
@@ -58,12 +59,18 @@ class Step:
         """The resource as the head plan has it (None for a delete)."""
         return None if self.op == "delete" else self.resource
 
+    @property
+    def retained(self) -> bool:
+        """A delete the engine only drops from the stack's state (retainOnDelete): the object stays."""
+        return self.op == "delete" and bool((self.old or self.resource).get("options", {}).get("retainOnDelete"))
+
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "urn": self.resource["urn"], "type": self.resource["type"],
                 "name": self.resource["name"], "object": object_name(self.resource),
                 "diffs": [change.path for change in self.changes],
                 "detailedDiff": [change.to_json() for change in self.changes],
                 "replaceReasons": self.replace_reasons,
+                "retainOnDelete": self.retained,
                 "old": self.old["inputs"] if self.old else None,
                 "new": self.new["inputs"] if self.new else None}
 
@@ -198,7 +205,9 @@ def _order(plan: dict[str, Any]) -> list[str]:
     """URNs in the order the engine registers them: parents and dependencies first."""
     graph = TopologicalSorter()
     for resource in plan["resources"]:
-        graph.add(resource["urn"], *resource["dependencies"], *([resource["parent"]] if resource["parent"] else []))
+        provider = [resource["provider"].rsplit("::", 1)[0]] if resource.get("provider") else []
+        graph.add(resource["urn"], *resource["dependencies"], *([resource["parent"]] if resource["parent"] else []),
+                  *provider)
     return [urn for urn in graph.static_order()]
 
 
@@ -216,6 +225,7 @@ def diff_plans(old: dict[str, Any], new: dict[str, Any]) -> PlanDiff:
     old_by_key = {_key(urn): resource for urn, resource in old_by_urn.items()}
     new_keys = {_key(urn) for urn in new_by_urn}
     steps, same = [], 0
+    replaced_providers: set[str] = set()  # "<urn>::<id>" references of providers being replaced
     for urn in _order(new):
         resource = new_by_urn.get(urn)
         if resource is None:
@@ -223,6 +233,11 @@ def diff_plans(old: dict[str, Any], new: dict[str, Any]) -> PlanDiff:
         before = old_by_key.get(_key(urn))
         if before is None:
             steps.append(Step("create", resource))
+            continue
+        if resource.get("provider") in replaced_providers:
+            # The engine replaces every resource of a replaced provider: its new provider creates it anew.
+            changes = _changes(before["inputs"], resource["inputs"], resource["options"]["ignoreChanges"])
+            steps.append(Step("replace", resource, changes, [PROVIDER_REPLACED], before))
             continue
         if _same(before["inputs"], resource["inputs"]):  # most of a fleet: no deep comparison needed
             same += 1
@@ -233,6 +248,8 @@ def diff_plans(old: dict[str, Any], new: dict[str, Any]) -> PlanDiff:
             continue
         reasons = _replace_reasons(resource, changes)
         steps.append(Step("replace" if reasons else "update", resource, changes, reasons, before))
+        if reasons and resource["type"].startswith("pulumi:providers:"):
+            replaced_providers.add(f"{urn}::{resource['name']}")
     # Deletes run last, dependents before what they depend on.
     if any(_key(urn) not in new_keys for urn in old_by_urn):  # ordering the old graph costs: only when needed
         steps += [Step("delete", old_by_urn[urn], old=old_by_urn[urn]) for urn in reversed(_order(old)) if urn in old_by_urn

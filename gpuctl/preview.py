@@ -18,6 +18,7 @@ from gpuctl.children import Child, wait_all
 from gpuctl.cli import (BAD_INPUT, OK, ROOT, VIOLATION, add_format_arguments, add_stack_arguments, console,
                         empty_plan, observed_nodes, output_format_of, stack_file)
 from gpuctl.render import render_plan, stream_plan
+from gpuctl.runtime import fingerprinted_secrets
 from gpuctl.stackfile import StackFile, load_stack_file, stack_file_path
 from fleet.kernels import KernelTarget, ObservedNode
 from stacks.config import PROJECT, ConfigError, parse_stack_config
@@ -29,6 +30,9 @@ def _git(*args: str, cwd: Path = ROOT) -> str:
     if result.returncode != 0:
         raise ConfigError(f"git {' '.join(args)}: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else 'failed'}")
     return result.stdout.strip()
+
+
+FINGERPRINTED = '"[secret '  # a masked value with its fingerprint (gpuctl/runtime.py)
 
 
 def resolve(ref: str) -> str:
@@ -86,6 +90,8 @@ def _start_base(args: argparse.Namespace, work: Path) -> Child:
                "--offline"]
     if args.observed_nodes:
         command += ["--observed-nodes", str(Path(args.observed_nodes).resolve())]
+    if args.registry_pull_secret_file:  # the head's pull secret, so both routes give the same plan
+        command += ["--registry-pull-secret-file", str(Path(args.registry_pull_secret_file).resolve())]
     return Child.command(command, cwd=work / "tree", stderr=work / "base.stderr")
 
 
@@ -93,7 +99,8 @@ def _base_plan(child: Child, ref: str, work: Path, entry: str | None) -> dict[st
     if child.returncode != 0:
         reason = ((work / "base.stderr").read_text(errors="replace").strip().splitlines() or ["it failed"])[-1]
         raise ConfigError(f"--base {ref}: the stack does not render there: {reason}")
-    if entry:
+    # A plan whose secrets carry this run's fingerprints is not kept: another run's key would show them changed.
+    if entry and FINGERPRINTED not in (work / "plan" / "plan.json").read_text(errors="replace"):
         basecache.write(entry, work / "plan" / "plan.json")
     with open(work / "plan" / "plan.json", "rb") as plan:
         return json.load(plan)
@@ -184,6 +191,20 @@ def preflight_images(plan: dict[str, Any], offline: bool) -> tuple[str, dict[str
     return f"passed ({len(distinct)} driver images found)", dict.fromkeys(distinct, summary.VERIFIED), None
 
 
+def refuse_kernel_without_image(old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Refuse an AWS pool whose kernel changes while its image stays: the same image boots the old kernel, so the
+    preview would promise a kernel upgrade and a roll that change nothing on the nodes."""
+    before = summary.pool_states(old)
+    for name, after in summary.pool_states(new).items():
+        was = before.get(name)
+        if was and after.roll.get("method") == "instance-refresh" and was.kernel and after.kernel \
+                and was.kernel != after.kernel and was.image == after.image:
+            raise ConfigError(
+                f"gpu-platform:nodePools[{name}].kernel and .image: the kernel changes ({was.kernel} -> "
+                f"{after.kernel}) but the image stays {after.image}, which boots the old kernel; change both "
+                "together (an image that boots the new kernel) or neither")
+
+
 def run(args: argparse.Namespace) -> int:
     output_format = output_format_of(args)
     observed = observed_nodes(args.observed_nodes)
@@ -191,10 +212,14 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--base: empty; pass a branch, tag or commit, or leave --base out to preview a new "
                           "deployment")
     head = stack_file(args)
-    if args.base:
-        old, new = render_both(args, head, observed)
-    else:
-        old, new = empty_plan(args.stack), render_plan(head, observed, online=not args.offline)
+    # One key for both renders, this run only: a secret that changed shows a changed fingerprint, and the
+    # fingerprint says nothing about the value outside this run.
+    with fingerprinted_secrets():
+        if args.base:
+            old, new = render_both(args, head, observed)
+        else:
+            old, new = empty_plan(args.stack), render_plan(head, observed, online=not args.offline)
+    refuse_kernel_without_image(old, new)
     checked, statuses, missing = preflight_images(new, args.offline)
     changes = plan_diff.diff_plans(old, new)
     plan_diff.refuse_driver_removal(changes, observed or [])
@@ -207,6 +232,8 @@ def run(args: argparse.Namespace) -> int:
         summary.summarize(old, new, changes, preflight=statuses, offline=args.offline and observed is None),
         violations, len(new["resources"]), checked, kept_note(new), new_driver_images(old, new),
         policies=check.policies_run(policy_config))
+    if args.json_file:
+        Path(args.json_file).write_text(json.dumps(report.to_json(review), indent=2) + "\n")
     if output_format == "json":
         print(json.dumps(report.to_json(review), indent=2))
     elif output_format == "markdown":
@@ -235,4 +262,6 @@ def register(commands) -> None:
                              "with half the memory in use at a time")
     parser.add_argument("--no-cache", action="store_true",
                         help=f"render the base even when the cache ({basecache.folder()}) holds its plan")
+    parser.add_argument("--json-file", metavar="FILE", help="also write the whole review as JSON to FILE (the "
+                                                           "Markdown comment cuts long summaries)")
     parser.set_defaults(run=run)

@@ -23,6 +23,10 @@ COLOURS = {"create": "green", "update": "yellow", "replace": "magenta", "delete"
 FORMATS = ("text", "json", "markdown")
 COMMENT_LIMIT = 65536  # GitHub's limit on a comment body, in characters
 MERMAID_NODES = 50
+# Rows a comment's pool and tenant tables show at most; the rest are counted and left to the JSON review.
+TABLE_ROWS = 100
+FULL_REVIEW = ("the whole review is in this run's `gpuctl-preview-<stack>` JSON artifact "
+               "(`gpuctl preview --json-file`)")
 LONG_VALUE = 160  # a single-line value longer than this shows a window around its first difference
 # Fields shown under a create, where present: what it runs, where, and how big.
 KEY_FIELDS = (
@@ -190,7 +194,8 @@ def diff_lines(diff: PlanDiff) -> list[tuple[str, str]]:
             out.append(("", f"    {'  ' * depth}{component['type']}  {component['name']}"))
         shown = chain + [step.resource["urn"]]  # a component step heads its own children
         indent = "  " * len(chain)
-        out.append((step.op, f"{SYMBOLS[step.op]:<4}{indent}{resource_title(step)}  {step.op}"))
+        out.append((step.op, f"{SYMBOLS[step.op]:<4}{indent}{resource_title(step)}  {step.op}"
+                    + ("  (retained: dropped from the stack's state, left in place)" if step.retained else "")))
         if step.op == "create":
             out += [(step.op, f"    {indent}    {line}") for line in key_fields(step.resource)]
         for change in step.changes:
@@ -314,6 +319,9 @@ def summary_lines(summary: FleetSummary) -> list[str]:
                      f"{row['guaranteed GPUs']}, may borrow {row['may borrow']}")
     if rows and same:
         lines.append(f"  {same} unchanged")
+    if summary.retirements:
+        lines.append("Retired:")
+        lines += [f"  {line}" for line in summary.retirements]
     lines.append("Capacity:")
     lines += [f"  {row['']}: {row['value']}" for row in capacity_rows(summary)]
     lines.append("Destructive:" + ("" if summary.destructive else " nothing"))
@@ -376,6 +384,20 @@ def table(rows: list[dict[str, str]]) -> list[str]:
     columns = list(rows[0])
     return ([f"| {' | '.join(_cell(column) for column in columns)} |", f"|{'---|' * len(columns)}"]
             + [f"| {' | '.join(_cell(row[column]) for column in columns)} |" for row in rows])
+
+
+def _cut(lines: list[str], what: str, rows: int = TABLE_ROWS) -> list[str]:
+    """A table (header, rule, rows) cut to `rows` rows, with a count of the rest and where to find them."""
+    if len(lines) <= rows + 2:
+        return lines
+    return [*lines[:rows + 2], "", f"... {len(lines) - rows - 2} more {what} not shown; {FULL_REVIEW}"]
+
+
+def _cut_list(lines: list[str], what: str, rows: int = TABLE_ROWS) -> list[str]:
+    """A bullet list cut to `rows` items, with a count of the rest and where to find them."""
+    if len(lines) <= rows:
+        return lines
+    return [*lines[:rows], f"- ... {len(lines) - rows} more {what} not shown; {FULL_REVIEW}"]
 
 
 def _mermaid_label(step: Step) -> str:
@@ -441,22 +463,28 @@ def to_markdown(review: Review, limit: int = COMMENT_LIMIT) -> str:
     head = [f"### `gpuctl {review.command}`: stack `{review.stack}` {base}", ""]
     if summary.destructive:
         head += ["#### Destructive", ""]
-        head += [f"- **{_cell(item.what)}**: takes away {_cell(item.takes_away)}"
-                 + (f" — {_cell(item.engine)}" if item.engine else "") for item in summary.destructive]
+        head += _cut_list([f"- **{_cell(item.what)}**: takes away {_cell(item.takes_away)}"
+                           + (f" — {_cell(item.engine)}" if item.engine else "") for item in summary.destructive],
+                          "destructive steps")
         head.append("")
     if summary.release_before != summary.release_after and summary.release_after:
         head += [f"OpenShift release: {_arrow(summary.release_before, summary.release_after)}", ""]
-    head += ["#### Pools", "", *table([pool_row(pool, summary) for pool in summary.pools]), ""]
-    head += ["#### Kernels and drivers", "", *table([kernel_row(kernel) for kernel in summary.kernels]), ""]
+    head += ["#### Pools", "", *_cut(table([pool_row(pool, summary) for pool in summary.pools]), "pools"), ""]
+    head += ["#### Kernels and drivers", "", *_cut(table([kernel_row(kernel) for kernel in summary.kernels]),
+                                                     "kernels"), ""]
     rows, same = tenant_rows(summary)
-    head += ["#### Tenants", "", *table(rows), *([""] if rows else []),
+    head += ["#### Tenants", "", *_cut(table(rows), "changed tenants"), *([""] if rows else []),
              *([f"{same} tenant{'s' if same != 1 else ''} unchanged.", ""] if same else [])]
+    if summary.retirements:
+        head += ["#### Retired", "", *_cut_list([f"- {_cell(line)}" for line in summary.retirements],
+                                                "retired pools and tenants"), ""]
     head += ["#### Capacity", "", *table(capacity_rows(summary)), ""]
     if summary.unknowns:
-        head += ["#### Depends on live cluster state not read", "", *[f"- {_cell(line)}" for line in summary.unknowns],
-                 ""]
+        head += ["#### Depends on live cluster state not read", "",
+                 *_cut_list([f"- {_cell(line)}" for line in summary.unknowns], "items"), ""]
     if summary.engine_notes:
-        head += ["#### Where `pulumi up` may differ", "", *[f"- {_cell(line)}" for line in summary.engine_notes], ""]
+        head += ["#### Where `pulumi up` may differ", "",
+                 *_cut_list([f"- {_cell(line)}" for line in summary.engine_notes], "items"), ""]
     head += _policy_lines(review)
     if review.preflight is not None:
         head += [f"Driver image preflight: {_cell(review.preflight)}", ""]
@@ -466,7 +494,10 @@ def to_markdown(review: Review, limit: int = COMMENT_LIMIT) -> str:
     title = ", ".join(f"{counts[op]} to {op}" for op in SYMBOLS if counts[op]) or "no changes"
     opening = ["<details>", f"<summary>Full diff: {title}, {counts['same']} unchanged</summary>", "", "```diff"]
     closing = ["```", "", "</details>", ""]
-    text_head = "\n".join(head + opening) + "\n"
+    text_head = "\n".join(head) + "\n"
+    if len(text_head) > limit // 2:  # long lines in every list: the summary keeps at most half the comment
+        text_head = text_head[:limit // 2].rsplit("\n", 1)[0] + f"\n\n... the summary is cut here; {FULL_REVIEW}\n\n"
+    text_head += "\n".join(opening) + "\n"
     text_tail = "\n".join(closing)
     body = [line for _, line in diff_lines(review.diff)]
     room = limit - len(text_head) - len(text_tail) - 1000  # room for a line the workflow adds

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
+import hmac
 import inspect
 import json
-from collections.abc import Callable
+import os
+import secrets
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pulumi
@@ -19,6 +24,11 @@ from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 from stacks.config import PROJECT
 
 SECRET = "[secret]"
+# A key for secret fingerprints: with it, each masked value reads `[secret <8 hex>]`, the start of an
+# HMAC-SHA256 of the value under this key. `gpuctl preview` sets a new random key per run for both of its renders,
+# so a changed secret shows as changed, and the fingerprint means nothing outside that run (no guessing the value
+# by hashing candidates, no linking two runs). Unset: plain `[secret]`, and a render stays deterministic.
+FINGERPRINT_KEY_ENV = "GPUCTL_SECRET_FINGERPRINT_KEY"
 UNKNOWN = "[unknown]"
 
 
@@ -69,6 +79,7 @@ class RecordingMonitor(mocks.MockMonitor):
                 "replaceOnChanges": list(request.replaceOnChanges),
                 "deleteBeforeReplace": bool(request.deleteBeforeReplace),
                 "protect": bool(request.protect),
+                "retainOnDelete": bool(request.retainOnDelete),
                 "ignoreChanges": list(request.ignoreChanges),
                 "customTimeouts": _timeouts(request),
             },
@@ -153,7 +164,25 @@ def _masked(value: Any) -> Any:
         return {key: _masked(item) for key, item in value.items()}
     if isinstance(value, list):
         return [_masked(item) for item in value]
-    return SECRET
+    key = os.environ.get(FINGERPRINT_KEY_ENV)
+    if not key:
+        return SECRET
+    digest = hmac.new(key.encode(), json.dumps(value, sort_keys=True).encode(), hashlib.sha256).hexdigest()
+    return f"[secret {digest[:8]}]"
+
+
+@contextlib.contextmanager
+def fingerprinted_secrets() -> Iterator[None]:
+    """Renders inside (this process's and its children's) fingerprint secrets under one new random key."""
+    previous = os.environ.get(FINGERPRINT_KEY_ENV)
+    os.environ[FINGERPRINT_KEY_ENV] = secrets.token_hex(32)
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ[FINGERPRINT_KEY_ENV]
+        else:
+            os.environ[FINGERPRINT_KEY_ENV] = previous
 
 
 _NOT_YET = object()  # stands in for the root stack until run_in_stack registers the real one

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import datetime
+import json
 import difflib
 import errno
 import math
@@ -28,7 +30,11 @@ STACK_FILE_KEYS = frozenset({"config", "secretsprovider", "encryptedkey", "encry
 # Offline, encrypted values cannot be decrypted; the program sees a placeholder of the right shape, marked secret
 # (the render masks every secret anyway).
 ENCRYPTED = "[encrypted]"
-ENCRYPTED_SHAPES = {f"{PROJECT}:registryPullSecret": '{"auths": {"encrypted.invalid": {"auth": "ZW5jcnlwdGVk"}}}'}
+# A placeholder the program accepts, holding the ciphertext so that a new one (a rotation) fingerprints differently
+# in the preview; a value encrypted again unchanged shows as changed too.
+ENCRYPTED_SHAPES = {f"{PROJECT}:registryPullSecret":
+                    lambda ciphertext: json.dumps({"auths": {"encrypted.invalid": {
+                        "auth": base64.b64encode(f"encrypted:{ciphertext}".encode()).decode()}}})}
 
 
 @dataclass(frozen=True)
@@ -297,7 +303,7 @@ def stack_file_from_config(stack: str, values: Mapping[str, Any]) -> StackFile:
                 short_key = full_key.removeprefix(f"{PROJECT}:")
                 raise ConfigError(f"{full_key}: secure: must be the ciphertext `pulumi config set --secret` writes; "
                                   f"re-run `pulumi config set --secret {short_key}`")
-            value = ENCRYPTED_SHAPES.get(full_key, ENCRYPTED)
+            value = ENCRYPTED_SHAPES[full_key](value["secure"]) if full_key in ENCRYPTED_SHAPES else ENCRYPTED
             secret_keys.append(full_key)
         elif (path := _encrypted_inside(value)) is not None:
             # The ciphertext is never shown: naming where it is says enough.

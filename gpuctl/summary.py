@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from components import labels
-from gpuctl.diff import NVIDIA_DRIVER, PlanDiff, Step, object_name, refused_by_the_engine
+from gpuctl.diff import NVIDIA_DRIVER, PROVIDER_REPLACED, PlanDiff, Step, object_name, refused_by_the_engine
 
 POOL = "gpu-platform:index:GpuNodePool"
 ASG = "aws:autoscaling/group:Group"
@@ -32,6 +32,20 @@ PROFILE_TYPES = frozenset({"kubernetes:performance.openshift.io/v2:PerformancePr
                            "kubernetes:tuned.openshift.io/v1:Tuned",
                            "kubernetes:machineconfiguration.openshift.io/v1:MachineConfigPool"})
 
+# The bridge deletes an explicitly named AWS resource before it creates its replacement (pulumi-terraform-bridge,
+# nameRequiresDeleteBeforeReplace): the pools' groups are named.
+POOL_DOWN = ("the group is named, so the provider deletes it before it creates the new one: every node is drained "
+             "and terminated, and the pool is down until the new group is up")
+# terraform-provider-aws autoscaling/group.go: a new launch template version cancels a refresh in progress (and
+# waits for the cancel) before it starts the next one.
+REFRESH_CANCELS = ("a launch-template change while this refresh runs cancels it and starts over (the cancel waits "
+                   "for nodes in their drain hook, which can outlast the provider's wait and fail the update): let "
+                   "a refresh finish before the next image change")
+RETIRED_POOL = ("retired: unprotected, so a later change may remove it; it keeps its nodes, GPUs and drain until then")
+RETIRED_TENANT = ("retired: its namespace is unprotected, so a later change may remove the tenant, deleting the "
+                  "namespace and everything in it; its quota and workloads stay until then")
+# NVIDIADriver spec fields whose change makes the GPU Operator roll the driver onto the nodes it selects.
+DRIVER_ROLL_EXCLUDED = ("spec.upgradePolicy",)
 PROTECTED = ("pulumi up refuses this: the resource is protected; mark it `retired: true` first and remove it in a "
              "later change")
 # Preflight statuses of one driver image.
@@ -103,6 +117,7 @@ class TenantChange:
     guaranteed_after: int | None = None
     borrowable_before: int | None = None
     borrowable_after: int | None = None
+    retired: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,6 +151,7 @@ class FleetSummary:
     destructive: list[Destructive]
     unknowns: list[str]  # effects that depend on live cluster state that was not read
     engine_notes: list[str]  # where gpuctl and the engine may differ
+    retirements: list[str] = field(default_factory=list)  # retired pools and tenants, and what retiring means
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -294,15 +310,62 @@ def _refresh_phrase(state: PoolState, at_once: int) -> str:
     return "; ".join(parts)
 
 
+def _removal(before: PoolState | None) -> str:
+    """How a removed pool's nodes go."""
+    if before is None:
+        return "removed"
+    if before.roll.get("method") == "instance-refresh":
+        return ("removed: the group is scaled to zero with its drain hook still in place (the stack retains the hook "
+                f"on delete; AWS deletes it with the group), drain: {before.roll.get('drain', 'none')}; then every "
+                "node is terminated and the group deleted")
+    return ("removed: the MachineSet is deleted and its machines with it; the machine controller drains each node "
+            "before it deletes the instance")
+
+
+def _driver_steps(diff: PlanDiff, state: PoolState, plan: dict[str, Any]) -> list[Step]:
+    """Updates of the NVIDIADriver the pool's nodes run that make the GPU Operator roll it onto them."""
+    key = _kernel_key(state, plan)
+    if not key:
+        return []
+    node_os, kernel = key.split("/", 1)
+    found = []
+    for step in diff.steps:
+        if step.op not in ("update", "replace") or step.resource["type"] != NVIDIA_DRIVER:
+            continue
+        annotations = step.resource["inputs"].get("metadata", {}).get("annotations", {})
+        if annotations.get(labels.OS_ANNOTATION) != node_os or annotations.get(
+                labels.KERNEL_ANNOTATION, kernel) != kernel:
+            continue
+        if any(change.path.startswith("spec.") and not change.path.startswith(DRIVER_ROLL_EXCLUDED)
+               for change in step.changes):
+            found.append(step)
+    return found
+
+
+def _driver_roll(step: Step, state: PoolState) -> tuple[str, int | None]:
+    """The GPU Operator's driver roll as its NVIDIADriver's upgradePolicy sets it, and GPUs out at once."""
+    policy = step.resource["inputs"].get("spec", {}).get("upgradePolicy") or {}
+    if not policy.get("autoUpgrade"):
+        return (f"driver {object_name(step.resource)} changes, but upgradePolicy.autoUpgrade is off: the operator "
+                "rolls nothing; each node takes the new driver only when its driver pod is deleted"), None
+    parallel = policy.get("maxParallelUpgrades", 1)
+    at_once = state.nodes if parallel == 0 else min(parallel, state.nodes)
+    evicted = ("every pod drained off the node" if (policy.get("drain") or {}).get("enable")
+               else "its GPU pods evicted")
+    return (f"driver roll by the GPU Operator ({object_name(step.resource)}, upgradePolicy): "
+            f"{'every node' if parallel == 0 else f'{at_once} node' + ('s' if at_once != 1 else '')} at a time "
+            f"(maxParallelUpgrades {parallel}, maxUnavailable {policy.get('maxUnavailable', '25%')}), each cordoned, "
+            f"{evicted} and the driver reloaded; pulumi up does not wait for it"), at_once * state.gpus_per_node
+
+
 def _pool_change(name: str, before: PoolState | None, after: PoolState | None, steps: list[Step],
-                 release: tuple[str | None, str | None]) -> PoolChange:
+                 release: tuple[str | None, str | None], drivers: list[Step] = ()) -> PoolChange:
     brought = (after or before).roll.get("method") == "bring-your-own"
     if after is None:
         if brought:
             return PoolChange(name, before, None, "removed from the stack: its nodes are not this stack's and keep "
                               "running; quotas no longer count their GPUs")
-        return PoolChange(name, before, None, "removed: every node is terminated",
-                          before.gpus if before else None)
+        return PoolChange(name, before, None, _removal(before), before.gpus if before else None)
     if before is None:
         if brought:
             return PoolChange(name, None, after, f"new: {after.nodes} bring-your-own node"
@@ -312,17 +375,23 @@ def _pool_change(name: str, before: PoolState | None, after: PoolState | None, s
     if brought:
         kernel = (f"kernel {before.kernel} -> {after.kernel}: its driver is declared now; you reboot the nodes into "
                   "it" if before.kernel != after.kernel else "")
-        return PoolChange(name, before, after, kernel or "no roll (nodes are not this stack's)")
-    template_changed = any(step.resource["type"] in (LAUNCH_TEMPLATE,) for step in steps) or any(
+        rolls = [_driver_roll(step, after)[0] for step in drivers]
+        return PoolChange(name, before, after, "; ".join(filter(None, [kernel, *rolls]))
+                          or "no roll (nodes are not this stack's)")
+    replaced = any(step.op == "replace" and step.resource["type"] == ASG for step in steps)
+    template_changed = not replaced and (any(step.resource["type"] == LAUNCH_TEMPLATE for step in steps) or any(
         step.resource["type"] == MACHINE_SET and any(c.path.startswith("spec.template") for c in step.changes)
-        for step in steps)
+        for step in steps))
     phrases, gpus_out = [], None
+    if replaced:
+        phrases.append(f"replaced: {POOL_DOWN}")
+        gpus_out = before.gpus
     if release[0] and release[1] and release[0] != release[1]:
         per = MCP_DEFAULT_MAX_UNAVAILABLE
-        phrases.append(f"OpenShift release roll {release[0]} -> {release[1]}: the Machine Config Operator "
-                       f"reboots each node into the new kernel through the worker machine config pool, "
-                       f"{per} node ({_gpus(per * after.gpus_per_node)}) at a time unless its maxUnavailable "
-                       "says otherwise")
+        phrases.append(f"OpenShift release {release[0]} -> {release[1]}: this stack only declares it (the drivers "
+                       "for its kernel); when you start the cluster upgrade, the Machine Config Operator reboots each "
+                       f"node into the new kernel through the worker machine config pool, {per} node "
+                       f"({_gpus(per * after.gpus_per_node)}) at a time unless its maxUnavailable says otherwise")
         gpus_out = per * after.gpus_per_node
     if after.profile.get("rollsBy") == "machine-config-operator" and any(
             step.resource["type"] in PROFILE_TYPES for step in steps):
@@ -335,15 +404,29 @@ def _pool_change(name: str, before: PoolState | None, after: PoolState | None, s
             gpus_out = max(gpus_out or 0, per * after.gpus_per_node)
     if template_changed and method == "instance-refresh":
         at_once = _at_once(min(before.nodes, after.nodes), after.roll.get("minHealthyPercentage"))
-        phrases.append(_refresh_phrase(after, at_once))
-        gpus_out = at_once * after.gpus_per_node
+        phrases.append(f"{_refresh_phrase(after, at_once)}; {REFRESH_CANCELS}")
+        gpus_out = max(gpus_out or 0, at_once * after.gpus_per_node)
     elif template_changed and method == "machineset":
         phrases.append(f"MachineSet template: reaches only machines created from now on; the {before.nodes} "
                        "running nodes keep their image until replaced")
+    for step in drivers:
+        phrase, out = _driver_roll(step, after)
+        phrases.append(phrase)
+        if out is not None:
+            gpus_out = max(gpus_out or 0, out)
+    capped = after.max_nodes is not None and before.max_nodes is not None and after.max_nodes < before.max_nodes
+    if capped and method == "instance-refresh":
+        phrases.append(f"maximum {before.max_nodes} -> {after.max_nodes}: AWS lowers the group's size to the new "
+                       "maximum, so running nodes above it are terminated (each drained first)")
+    elif capped:
+        phrases.append(f"maximum {before.max_nodes} -> {after.max_nodes}: the autoscaler adds no machine above it; "
+                       "running machines above it stay until it scales them down")
     if after.nodes != before.nodes:
         phrases.append(f"scales {before.nodes} -> {after.nodes} nodes" if size_applied(steps) else
                        f"config size {before.nodes} -> {after.nodes}, but the autoscaler owns the live count "
-                       "(ignoreChanges): pulumi up leaves the running nodes as they are")
+                       "(ignoreChanges): pulumi up does not set it"
+                       + ("" if capped and method == "instance-refresh" else
+                          ", and leaves the running nodes as they are"))
     return PoolChange(name, before, after, "; ".join(phrases) or "no roll", gpus_out, size_applied(steps))
 
 
@@ -413,8 +496,15 @@ def _tenants(old: dict[str, Any], new: dict[str, Any]) -> list[TenantChange]:
     return [TenantChange(name, name, before.get(name, {}).get("gpus"), after.get(name, {}).get("gpus"),
                          before.get(name, {}).get("priorityClass"), after.get(name, {}).get("priorityClass"),
                          *(value for pair in zip(_sharing(before.get(name)), _sharing(after.get(name)))
-                           for value in pair))
+                           for value in pair), retired=bool(after.get(name, {}).get("retired")))
             for name in sorted(set(before) | set(after))]
+
+
+def _retirements(pools: list[PoolChange], tenants: list[TenantChange]) -> list[str]:
+    """Each retired pool and tenant of the head revision, with what retiring means."""
+    lines = [f"pool {pool.name}: {'newly ' if pool.before and not pool.before.retired else ''}{RETIRED_POOL}"
+             for pool in pools if pool.after and pool.after.retired]
+    return lines + [f"tenant {tenant.name}: {RETIRED_TENANT}" for tenant in tenants if tenant.retired]
 
 
 def _quota(tenants: list[TenantChange], which: str) -> int:
@@ -437,9 +527,10 @@ def _destructive(diff: PlanDiff, pools: list[PoolChange], tenants: list[TenantCh
             items.append(Destructive(f"pool {pool.name}", f"{pool.before.nodes} nodes, {pool.before.gpus} GPUs "
                                      f"({pool.before.instance_type})"))
         elif pool.before and pool.after and pool.after.max_nodes is not None and pool.before.max_nodes is not None \
-                and pool.after.max_nodes < pool.before.max_nodes:
+                and pool.after.max_nodes < pool.before.max_nodes \
+                and pool.after.roll.get("method") == "instance-refresh":
             items.append(Destructive(f"pool {pool.name} maximum {pool.before.max_nodes} -> {pool.after.max_nodes}",
-                                     "any running nodes above the new maximum"))
+                                     "any running nodes above the new maximum (AWS lowers the group's size to it)"))
         elif pool.before and pool.after and pool.after.nodes < pool.before.nodes and pool.size_applied:
             items.append(Destructive(f"pool {pool.name} nodes", f"{pool.before.nodes - pool.after.nodes} nodes, "
                                      f"{pool.before.gpus - pool.after.gpus} GPUs"))
@@ -470,8 +561,18 @@ def _destructive(diff: PlanDiff, pools: list[PoolChange], tenants: list[TenantCh
             items.append(Destructive(f"driver {object_name(resource)} {verb}",
                                      f"the GPU driver of every node on {nodes}"
                                      + (f" ({kernel.note})" if kernel and kernel.note else ""), engine))
-        elif step.op == "replace" and resource["type"] in (ASG, MACHINE_SET):
+        elif step.op == "replace" and resource["type"] == ASG:
+            items.append(Destructive(f"{resource['name']} replaced", f"every node of the pool: {POOL_DOWN}", engine))
+        elif step.op == "replace" and resource["type"] == MACHINE_SET:
             items.append(Destructive(f"{resource['name']} {verb}", "every node of the pool", engine))
+        elif step.op == "replace" and resource["type"].startswith("pulumi:providers:"):
+            users = [other for other in diff.steps if (other.resource.get("provider") or "").startswith(
+                f"{resource['urn']}::")]
+            reasons = ", ".join(f"{c.named} {c.old} -> {c.new}" for c in step.changes
+                                if c.path in step.replace_reasons)
+            items.append(Destructive(f"{resource['type'].rsplit(':', 1)[-1]} provider replaced ({reasons})",
+                                     f"every resource it manages, replaced with it: {len(users)} resources, "
+                                     "every pool's nodes among them", engine))
         elif engine:
             items.append(Destructive(f"{resource['name']} {verb}", object_name(resource) or resource["type"], engine))
     for urn, engine in folded.items():
@@ -503,7 +604,7 @@ def _unknowns(diff: PlanDiff, pools: list[PoolChange], kernels: list[KernelChang
 def _engine_notes(diff: PlanDiff) -> list[str]:
     notes = []
     for step in diff.steps:
-        if step.op == "replace":
+        if step.op == "replace" and step.replace_reasons != [PROVIDER_REPLACED]:
             notes.append(f"{step.resource['name']}: replace decided by the providers' rules as gpuctl knows them "
                          f"({', '.join(step.replace_reasons)}); `pulumi preview` asks the provider itself")
     return notes
@@ -515,7 +616,8 @@ def summarize(old: dict[str, Any], new: dict[str, Any], diff: PlanDiff, *,
     old_pools, new_pools = pool_states(old), pool_states(new)
     release = (_outputs(old).get("release"), _outputs(new).get("release"))
     pools = [_pool_change(name, old_pools.get(name), new_pools.get(name),
-                          _pool_steps(diff, new if name in new_pools else old, name), release)
+                          _pool_steps(diff, new if name in new_pools else old, name), release,
+                          _driver_steps(diff, new_pools[name], new) if name in new_pools else [])
              for name in sorted(set(old_pools) | set(new_pools))]
     kernels = _kernels(old, new, old_pools, new_pools, preflight or {}, offline)
     tenants = _tenants(old, new)
@@ -525,4 +627,4 @@ def summarize(old: dict[str, Any], new: dict[str, Any], diff: PlanDiff, *,
                         sum(p.advertised for p in old_pools.values()), sum(p.advertised for p in new_pools.values()))
     return FleetSummary(new.get("stack", ""), release[0], release[1], pools, kernels, tenants, capacity,
                         _destructive(diff, pools, tenants, kernels), _unknowns(diff, pools, kernels, offline),
-                        _engine_notes(diff))
+                        _engine_notes(diff), _retirements(pools, tenants))

@@ -204,13 +204,19 @@ def device_plugin_sharing(resources: Iterable[PolicyResource]) -> dict[str, int]
 
 def pool_capacity(pool: PolicyResource, sharing: Mapping[str, int]) -> int:
     """nvidia.com/gpu a pool advertises at its configured size: an Auto Scaling Group's node template says it; a
-    MachineSet's GPU annotation counts physical GPUs, times the sharing of the config its nodes select."""
+    MachineSet's GPU annotation counts physical GPUs, times the sharing of the config its nodes select.
+
+    The size is the configured one the program records (labels.CONFIGURED_NODES), which stack policies see alike
+    under `pulumi up` (outputs: the live size the autoscaler moved) and gpuctl (inputs); the size fields only
+    where a pool does not record it."""
     if pool.resource_type == MACHINE_SET:
-        nodes = dig(pool.props, "spec", "replicas")
+        configured = dig(pool.props, "metadata", "annotations", labels.CONFIGURED_NODES)
+        nodes = configured if configured is not None else dig(pool.props, "spec", "replicas")
         config = dig(pool.props, "spec", "template", "spec", "metadata", "labels", labels.DEVICE_PLUGIN_CONFIG_LABEL)
         per_node = gpus_per_node(pool) * sharing.get(config, 1)
     else:
-        nodes = pool.props.get("desiredCapacity", pool.props.get("minSize"))
+        configured = asg_tags(pool.props).get(labels.CONFIGURED_NODES)
+        nodes = configured if configured is not None else pool.props.get("desiredCapacity", pool.props.get("minSize"))
         per_node = gpus_per_node(pool)
     return (whole(nodes) or 0) * per_node
 

@@ -1059,6 +1059,10 @@ def load_stack_config() -> StackConfig:
         key = full_key.removeprefix(prefix)
         if key in SECRET_KEYS and not pulumi.runtime.is_config_secret(full_key):
             raise ConfigError(f"{full_key}: must be a secret; set it with `pulumi config set --secret {key}`")
+        if key not in SECRET_KEYS and pulumi.runtime.is_config_secret(full_key):  # e.g. a `secure:` nested in it
+            raise ConfigError(f"{full_key}: holds a `secure:` value, but the program keeps no field of it secret, so "
+                              "it would show in plain text in resources and outputs; only registryPullSecret takes "
+                              "a secret: remove the `secure:` value")
         # A secret stays the text the user set (a JSON document is not decoded, so no error can echo it).
         values[key] = value if key in SECRET_KEYS else _decode(value)
     return parse_stack_config(values)

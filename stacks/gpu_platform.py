@@ -18,7 +18,7 @@ from components.monitoring import MonitoringStack, MonitoringStackArgs
 from components.nfd import NfdStack, NfdStackArgs
 from components.node_drain import NodeDrain, NodeDrainArgs
 from components.node_pool import (AutoScalingPlacement, BringYourOwnPlacement, GpuNodePool, GpuNodePoolArgs,
-                                  InstanceRefresh, MachineSetPlacement, cluster_autoscaler)
+                                  InstanceRefresh, MachineSetPlacement, cluster_autoscaler, group_prefix)
 from components.node_profile import NodeTuning
 from components.tenant_network import TenantNetwork, network_admission_args
 from components.tenant_quota import TenantQuota, TenantQuotaArgs, self_provisioning_off, tenant_role
@@ -74,8 +74,7 @@ class GpuPlatform(pulumi.ComponentResource):
         pool_args = {pool.name: self._pool_args(config, pool, tuning) for pool in config.node_pools}
         # Kubernetes: the drain runs before any group exists or rolls, so no node terminates undrained.
         drain = [NodeDrain("node-drain", NodeDrainArgs(
-            cluster=cluster.name, region=cluster.region, groups=tuple(
-                f"{cluster.name}-gpu-{pool.name}" for pool in config.aws_pools),
+            cluster=cluster.name, region=cluster.region, group_prefix=group_prefix(cluster.name),
             drain_timeout_seconds=max(pool.roll.drain_timeout_seconds for pool in config.aws_pools),
             role=cluster.node_termination_handler_role), pulumi.ResourceOptions(parent=self)).ready
         ] if config.aws_pools else []
@@ -141,7 +140,8 @@ class GpuPlatform(pulumi.ComponentResource):
             "declaredKernels": sorted(target.key for target in config.declared_kernels),
             "driverImages": driver.images,
             # Queue mode adds each tenant's guaranteed GPUs per pool and what it may borrow beyond them.
-            "tenants": {tenant.name: {"gpus": tenant.gpus, "priorityClass": tenant.priority_class, **({
+            "tenants": {tenant.name: {"gpus": tenant.gpus, "priorityClass": tenant.priority_class,
+                                      "retired": tenant.retired, **({
                 "tenancy": "queue", "guaranteed": shares[tenant.name], "borrowable": lendable[tenant.name]}
                 if queued else {})} for tenant in config.tenants},
             "pools": {pool.name: {

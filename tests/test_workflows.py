@@ -305,3 +305,28 @@ def test_deploy_runs_the_policy_pack_on_a_preview_before_up(deploy, stack):
     assert preview_step["with"]["policyPacks"] == "policy"
     assert preview_step["with"]["stack-name"] == up["with"]["stack-name"]
     assert "continue-on-error" not in preview_step, "a failed preview must stop the job"
+
+
+@pytest.mark.parametrize("name", ["preview.yml", "deploy.yml"])
+def test_the_pulumi_cli_is_pinned_beside_the_python_sdk(name):
+    """The CLI and the pulumi SDK are released together under one version: the one requirements.lock pins."""
+    [sdk] = re.findall(r"(?m)^pulumi==([\d.]+)$", (ROOT / "requirements.lock").read_text())
+    steps = [step for job in load(name)["jobs"].values() for step in steps_using(job, "pulumi/actions")]
+    assert steps and all(str(step["with"].get("pulumi-version")) == sdk for step in steps)
+
+
+def test_deploy_timeouts_cover_the_longest_waits_of_one_up(deploy):
+    """One `pulumi up` may wait, in a row: each Helm release (its timeout), the OLM subscription, a removed pool's
+    group while its nodes sit in their drain hook (the group's delete timeout at the longest heartbeat the config
+    allows), and a custom resource's delete; plus the install and both previews. A job killed mid-update leaves
+    the stack locked with pending operations."""
+    from stacks.config import RollConfig
+    from tests.conftest import render_stack
+
+    longest_drain = next(meta.le for meta in RollConfig.model_fields["drain_timeout_seconds"].metadata
+                         if hasattr(meta, "le"))
+    helm_seconds = max(sum(r["inputs"]["timeout"] for r in render_stack(stack).of_type(
+        "kubernetes:helm.sh/v3:Release")) for stack in SHIPPED_STACKS)
+    waits = helm_seconds / 60 + 10 + (longest_drain // 60 + 10) + 10
+    for job_id, job in deploy_jobs(deploy).values():
+        assert job["timeout-minutes"] >= waits + 20, f"{job_id}: {job['timeout-minutes']} min < {waits} min of waits"

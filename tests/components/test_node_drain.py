@@ -6,7 +6,7 @@ import json
 
 from tests.conftest import Plan, stack_config
 
-GROUPS = ["prod-gpu-gpu-a10g-batch", "prod-gpu-gpu-h100-training", "prod-gpu-gpu-l4-inference"]
+PREFIX = "prod-gpu-gpu-"  # every pool's group: prod-gpu-gpu-l4-inference, ...
 
 
 def test_only_kubernetes_stacks_run_the_drain(prod_plan: Plan, dev_plan: Plan) -> None:
@@ -19,7 +19,7 @@ def test_the_rule_sends_only_this_stacks_termination_actions_to_the_queue(prod_p
     rule = prod_plan.named("node-drain-rule")
     assert json.loads(rule["inputs"]["eventPattern"]) == {
         "source": ["aws.autoscaling"], "detail-type": ["EC2 Instance-terminate Lifecycle Action"],
-        "detail": {"AutoScalingGroupName": GROUPS}}
+        "detail": {"AutoScalingGroupName": [{"prefix": PREFIX}]}}
     target = prod_plan.named("node-drain-target")
     assert prod_plan.depends_on(target, "node-drain-rule") and prod_plan.depends_on(target, "node-drain-queue")
     queue = prod_plan.named("node-drain-queue")["inputs"]
@@ -48,8 +48,10 @@ def test_the_handlers_policy_is_least_privilege_and_readable_in_review(prod_plan
 
     assert by_action["sqs:ReceiveMessage"] == by_action["sqs:DeleteMessage"] == \
         "arn:aws:sqs:us-east-1:*:prod-gpu-gpu-node-termination"
-    assert by_action["autoscaling:CompleteLifecycleAction"] == [
-        f"arn:aws:autoscaling:us-east-1:*:autoScalingGroup:*:autoScalingGroupName/{group}" for group in GROUPS]
+    assert by_action["autoscaling:CompleteLifecycleAction"] == \
+        f"arn:aws:autoscaling:us-east-1:*:autoScalingGroup:*:autoScalingGroupName/{PREFIX}*"
+    assert all(group["inputs"]["name"].startswith(PREFIX)
+               for group in prod_plan.of_type("aws:autoscaling/group:Group"))
     assert set(by_action) == {"sqs:ReceiveMessage", "sqs:DeleteMessage", "autoscaling:CompleteLifecycleAction",
                               "autoscaling:DescribeAutoScalingInstances", "autoscaling:DescribeTags",
                               "ec2:DescribeInstances"}

@@ -170,8 +170,11 @@ def test_cli_json_mirrors_pulumi_preview(rendered_pair):
     update = next(step for step in document["steps"] if step["op"] == "update")
     assert {key: update[key] for key in ("op", "type", "name", "object", "diffs", "replaceReasons")} == {
         "op": "update", "type": "aws:autoscaling/group:Group", "name": "pool-l4-inference-asg",
-        "object": "prod-gpu-gpu-l4-inference", "diffs": ["maxSize"], "replaceReasons": []}
-    assert update["detailedDiff"] == [{"path": "maxSize", "name": "maxSize", "old": 16, "new": 20}]
+        "object": "prod-gpu-gpu-l4-inference", "diffs": ["maxSize", "tags[0].value"], "replaceReasons": []}
+    # The configured size the group records (the autoscaler owns the live one) and its new maximum.
+    assert update["detailedDiff"] == [
+        {"path": "maxSize", "name": "maxSize", "old": 16, "new": 20},
+        {"path": "tags[0].value", "name": "tags[gpu-platform.io/configured-nodes].value", "old": "8", "new": "9"}]
     assert (update["old"]["maxSize"], update["new"]["maxSize"]) == (16, 20)
     [l4] = [pool for pool in document["summary"]["pools"] if pool["name"] == "l4-inference"]
     assert (l4["before"]["nodes"], l4["after"]["nodes"]) == (8, 9)

@@ -236,10 +236,13 @@ def test_scaling_a_pool_updates_only_that_pool(dev_base):
     assert [(c.path, c.new) for c in by_name["pool-a100-training-autoscaler"].changes] == [("spec.maxReplicas", 3)]
     assert [(c.old, c.new) for c in by_name["cluster-autoscaler"].changes] == [(16, 24)]
 
-    # `replicas` is the size a pool starts with: afterwards the autoscaler owns the count, and `up` leaves it.
+    # `replicas` is the size a pool starts with: afterwards the autoscaler owns the count, and `up` leaves it; it
+    # only records the configured size, which the capacity policy judges under both runtimes.
     config = stack_config("dev")
     pool(config, "a100-training")["replicas"] = 2
-    assert diff_plans(dev_base, render("dev", config)).steps == []
+    [step] = diff_plans(dev_base, render("dev", config)).steps
+    assert [(c.path, c.old, c.new) for c in step.changes] == [
+        (f"metadata.annotations.{labels.CONFIGURED_NODES}", "1", "2")]
 
 
 def test_adding_and_removing_a_tenant_touches_only_that_tenant(dev_base):
@@ -299,7 +302,8 @@ def test_an_ami_change_on_a_prod_pool_is_a_drained_rate_limited_roll_of_that_poo
     assert (hook["inputs"]["defaultResult"], hook["inputs"]["heartbeatTimeout"]) == ("CONTINUE", 1800)
     assert "a10g-batch" in hook["name"] and group.resource["urn"] in hook["dependencies"]
     rule = next(r for r in new["resources"] if r["type"] == "aws:cloudwatch/eventRule:EventRule")
-    assert "prod-gpu-gpu-a10g-batch" in json.loads(rule["inputs"]["eventPattern"])["detail"]["AutoScalingGroupName"]
+    [matcher] = json.loads(rule["inputs"]["eventPattern"])["detail"]["AutoScalingGroupName"]
+    assert "prod-gpu-gpu-a10g-batch".startswith(matcher["prefix"])
     handler = next(r for r in new["resources"] if r["name"] == "node-drain-handler")
     assert group.resource["urn"] not in handler["dependencies"] and handler["urn"] in group.resource["dependencies"]
     roll = new["outputs"]["pools"]["a10g-batch"]["roll"]

@@ -20,6 +20,8 @@ OLD_KERNEL = "6.8.0-1021-aws"  # prod: l4-inference and a10g-batch boot it
 NEW_KERNEL = "6.8.0-1024-aws"
 LONE_KERNEL = "6.8.0-1019-aws"  # prod: only h100-training boots it
 NEW_DRIVER = "driver-ubuntu22-04-6-8-0-1024-aws"
+OLD_IMAGE = "ami-0e1f2a3b4c5d6e7f8"  # prod: l4-inference and a10g-batch boot it
+NEW_IMAGE = "ami-0a1b2c3d4e5f60789"
 
 
 def git(repo: Path, *args: str) -> str:
@@ -53,8 +55,9 @@ def edit_prod(repo):
     original = stack.read_text()
 
     def edit(old: str, new: str) -> Path:
-        assert old in original
-        stack.write_text(original.replace(old, new, 1))
+        text = stack.read_text()  # edits add up
+        assert old in text
+        stack.write_text(text.replace(old, new, 1))
         return repo
 
     yield edit
@@ -62,7 +65,8 @@ def edit_prod(repo):
 
 
 def test_kernel_upgrade_against_head_creates_the_driver_then_updates_the_pool(edit_prod):
-    repo = edit_prod(f"kernel: {OLD_KERNEL}", f"kernel: {NEW_KERNEL}")  # the first pool: l4-inference
+    edit_prod(f"kernel: {OLD_KERNEL}", f"kernel: {NEW_KERNEL}")  # the first pool: l4-inference
+    repo = edit_prod(f"image: {OLD_IMAGE}", f"image: {NEW_IMAGE}")  # an image that boots the new kernel
     status_before = git(repo, "status", "--porcelain")
     result = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline", "--json")
     assert result.returncode == 0, result.stderr
@@ -87,6 +91,7 @@ def test_kernel_upgrade_against_head_creates_the_driver_then_updates_the_pool(ed
     assert (f"pool l4-inference: g6.xlarge, nodes 8, GPUs 8, ubuntu22.04 {OLD_KERNEL} -> ubuntu22.04 {NEW_KERNEL}"
             in human.stdout)
     assert "roll: instance refresh of 8 nodes: 90% stay healthy, so 1 node (1 GPU) at a time" in human.stdout
+    assert "a launch-template change while this refresh runs cancels it and starts over" in human.stdout
     assert (f"ubuntu22.04/{NEW_KERNEL}: driver new, image nvcr.io/nvidia/driver:580-{NEW_KERNEL}-ubuntu22.04, "
             "preflight skipped (--offline)") in human.stdout
     assert "the driver stays while any node runs it (a10g-batch still boots it)" in human.stdout
@@ -98,7 +103,8 @@ def test_kernel_upgrade_against_head_creates_the_driver_then_updates_the_pool(ed
 
 
 def test_a_kernel_leaving_the_config_keeps_its_driver_and_says_so(edit_prod):
-    repo = edit_prod(f"kernel: {LONE_KERNEL}", f"kernel: {NEW_KERNEL}")  # h100-training, the only pool on it
+    edit_prod(f"kernel: {LONE_KERNEL}", f"kernel: {NEW_KERNEL}")  # h100-training, the only pool on it
+    repo = edit_prod("image: ami-0f2a3b4c5d6e7f809", f"image: {NEW_IMAGE}")
     result = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline", "--json")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
@@ -200,7 +206,8 @@ def test_a_terminated_preview_leaves_nothing_behind(tmp_path, phase) -> None:
 
 
 def test_with_a_node_inventory_the_driver_no_node_runs_is_deleted(edit_prod, tmp_path):
-    repo = edit_prod(f"kernel: {LONE_KERNEL}", f"kernel: {NEW_KERNEL}")
+    edit_prod(f"kernel: {LONE_KERNEL}", f"kernel: {NEW_KERNEL}")
+    repo = edit_prod("image: ami-0f2a3b4c5d6e7f809", f"image: {NEW_IMAGE}")
     nodes = tmp_path / "nodes.json"
     nodes.write_text(json.dumps({"apiVersion": "v1", "kind": "NodeList", "items": [
         {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
@@ -220,7 +227,8 @@ def test_with_a_node_inventory_the_driver_no_node_runs_is_deleted(edit_prod, tmp
 def test_the_output_is_the_same_with_and_without_the_cache_and_concurrency(edit_prod, base_plan_cache):
     """The kernel leaving the config makes the head depend on the base (its driver is kept): the head renders
     while the base does, from what the base's stack file declares, and the result must not tell."""
-    repo = edit_prod(f"kernel: {LONE_KERNEL}", f"kernel: {NEW_KERNEL}")
+    edit_prod(f"kernel: {LONE_KERNEL}", f"kernel: {NEW_KERNEL}")
+    repo = edit_prod("image: ami-0f2a3b4c5d6e7f809", f"image: {NEW_IMAGE}")
     serial = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline", "--jobs", "1", "--no-cache")
     assert serial.returncode == 0, serial.stderr
     assert "kept: the driver for ubuntu22.04/6.8.0-1019-aws" in serial.stdout
@@ -273,3 +281,202 @@ def test_a_stopped_preview_takes_both_renders_with_it(repo, tmp_path, signum) ->
     if signum != signal.SIGKILL:
         assert len(stderr.strip().splitlines()) <= 1, stderr
         assert list(tmp_path.iterdir()) == []
+
+
+def lines_of(text: str, start: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip().startswith(start)]
+
+
+def commit_branch(repo: Path, branch: str, old: str, new: str) -> None:
+    """Commit prod's stack file with `old` replaced by `new` on a new branch, and go back to main: a base."""
+    stack = repo / "Pulumi.prod.yaml"
+    original = stack.read_text()
+    assert old in original
+    git(repo, "checkout", "-q", "-b", branch)
+    stack.write_text(original.replace(old, new, 1))
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-am", branch)
+    git(repo, "checkout", "-q", "main")
+
+
+def test_a_kernel_change_without_a_new_image_is_refused(edit_prod):
+    """The same image boots the old kernel: the preview would promise an upgrade and a roll that change nothing."""
+    repo = edit_prod(f"kernel: {OLD_KERNEL}", f"kernel: {NEW_KERNEL}")
+    result = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline")
+    assert result.returncode == 2 and result.stdout == ""
+    [line] = result.stderr.strip().splitlines()
+    assert "nodePools[l4-inference].kernel and .image" in line and f"image stays {OLD_IMAGE}" in line
+
+
+L4_POOL = f"""    - name: l4-inference
+      instanceType: g6.xlarge
+      replicas: 8
+      minReplicas: 4
+      maxReplicas: 16
+      os: ubuntu22.04
+      kernel: {OLD_KERNEL}
+      image: {OLD_IMAGE}
+"""
+
+
+def test_removing_a_retired_pool_drains_its_nodes_before_they_terminate(repo, edit_prod):
+    """The engine deletes dependents first and runs updates before deletes: the hook must not go before the group,
+    nor may the drain's rule and policy drop the group in an update, or its nodes terminate undrained."""
+    commit_branch(repo, "retire-l4", L4_POOL, L4_POOL + "      retired: true\n")
+    repo = edit_prod(L4_POOL, "")
+    result = preview(repo, "--stack", "prod", "--base", "retire-l4", "--offline", "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    steps = {step["name"]: step for step in document["steps"]}
+    assert not [name for name in steps if name.startswith("node-drain")], "the drain is not touched"
+    assert {name for name, step in steps.items() if step["op"] == "delete"} == {
+        "pool-l4-inference", "pool-l4-inference-launch-template", "pool-l4-inference-asg",
+        "pool-l4-inference-drain-hook"}
+    assert steps["pool-l4-inference-drain-hook"]["retainOnDelete"] is True
+    assert steps["pool-l4-inference-asg"]["retainOnDelete"] is False
+    [pool] = [pool for pool in document["summary"]["pools"] if pool["name"] == "l4-inference"]
+    assert pool["roll"].startswith("removed: the group is scaled to zero with its drain hook still in place")
+    assert "node termination handler cordons and drains each node" in pool["roll"]
+
+
+def test_a_driver_branch_change_rolls_every_pool_through_the_operator(edit_prod):
+    repo = edit_prod('branch: "580"', 'branch: "570"')
+    result = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline")
+    assert result.returncode == 0, result.stderr
+    rolls = lines_of(result.stdout, "roll:")
+    assert len(rolls) == 3 and not [roll for roll in rolls if "no roll" in roll]
+    for roll in rolls:
+        assert "driver roll by the GPU Operator" in roll
+        assert "1 node at a time (maxParallelUpgrades 1, maxUnavailable 25%)" in roll
+        assert "its GPU pods evicted and the driver reloaded" in roll
+
+
+def test_a_region_change_is_destructive_and_refused(edit_prod):
+    """A new region replaces the AWS provider and with it every AWS resource, the protected pools among them."""
+    repo = edit_prod("region: us-east-1", "region: us-west-2")
+    result = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline")
+    assert result.returncode == 1
+    assert "Destructive: nothing" not in result.stdout
+    [provider] = lines_of(result.stdout, "! aws provider replaced")
+    assert "(region us-east-1 -> us-west-2)" in provider and "every pool's nodes among them" in provider
+    assert len(lines_of(result.stdout, "! pool-l4-inference-asg replaced")) == 1
+    assert "refused: pulumi up would stop at" in result.stderr
+
+
+def test_lowering_a_maximum_reads_the_same_in_the_roll_and_the_destructive_list(edit_prod):
+    repo = edit_prod("replicas: 4\n      maxReplicas: 8", "replicas: 2\n      maxReplicas: 2")  # a10g-batch
+    result = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline")
+    assert result.returncode == 0, result.stderr
+    [destructive] = lines_of(result.stdout, "! pool a10g-batch maximum 8 -> 2")
+    assert "any running nodes above the new maximum" in destructive
+    roll = lines_of(result.stdout, "roll:")[0]  # a10g-batch comes first
+    assert "running nodes above it are terminated (each drained first)" in roll
+    assert "leaves the running nodes as they are" not in result.stdout
+
+
+def test_retired_pools_and_tenants_are_in_the_summary(edit_prod):
+    edit_prod("      fabric: efa\n", "      fabric: efa\n      retired: true\n")  # h100-training
+    repo = edit_prod("      group: analytics\n", "      group: analytics\n      retired: true\n")
+    result = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline")
+    assert result.returncode == 0, result.stderr
+    retired = result.stdout.split("Retired:\n", 1)[1].split("Capacity:", 1)[0]
+    assert "pool h100-training: newly retired: unprotected, so a later change may remove it" in retired
+    assert "tenant analytics: retired: its namespace is unprotected" in retired
+    assert "deleting the namespace and everything in it" in retired
+
+
+PULL_SECRET = '{"auths": {"nvcr.io": {"auth": "c2VjcmV0LXRva2VuLTQyOnh5eg=="}}}'
+
+
+def test_the_file_and_environment_routes_of_the_pull_secret_give_the_same_plan(repo, tmp_path):
+    secret_file = tmp_path / "config.json"
+    secret_file.write_text(PULL_SECRET)
+    by_file = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline", "--json",
+                      "--registry-pull-secret-file", str(secret_file))
+    by_env = subprocess.run([sys.executable, "-m", "gpuctl", "preview", "--stack", "prod", "--base", "HEAD",
+                             "--offline", "--json"], cwd=repo, capture_output=True, text=True,
+                            env={**os.environ, "GPU_PLATFORM_REGISTRY_PULL_SECRET": PULL_SECRET})
+    assert by_file.returncode == by_env.returncode == 0, by_file.stderr + by_env.stderr
+    assert json.loads(by_file.stdout)["steps"] == json.loads(by_env.stdout)["steps"] == []
+    assert "c2VjcmV0" not in by_file.stdout + by_env.stdout
+
+
+def test_a_rotated_pull_secret_shows_a_changed_fingerprint_not_its_value(repo, edit_prod):
+    commit_branch(repo, "pull-secret", "config:\n", "config:\n  gpu-platform:registryPullSecret:\n"
+                  "    secure: v1:OLDCIPHERTEXT\n")
+    repo = edit_prod("config:\n", "config:\n  gpu-platform:registryPullSecret:\n    secure: v1:NEWCIPHERTEXT\n")
+    result = preview(repo, "--stack", "prod", "--base", "pull-secret", "--offline")
+    assert result.returncode == 0, result.stderr
+    [change] = lines_of(result.stdout, "+- stringData..dockerconfigjson:")
+    before, after = change.split(": ", 1)[1].split(" => ")
+    assert before.startswith('"[secret ') and after.startswith('"[secret ') and before != after
+    assert "CIPHERTEXT" not in result.stdout and "registry-pull-secret" in result.stdout
+    # The same ciphertext on both sides: no change.
+    same = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline", "--json")
+    assert "CIPHERTEXT" not in same.stdout
+
+
+def test_a_secure_value_nested_in_structured_config_is_refused_not_shown(edit_prod):
+    repo = edit_prod("instanceProfile: prod-gpu-node", "instanceProfile:\n      secure: v1:NESTEDCIPHERTEXT")
+    result = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline")
+    assert result.returncode == 2 and "NESTEDCIPHERTEXT" not in result.stdout + result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: gpu-platform:cluster.instanceProfile: is encrypted (secure:)")
+
+
+def test_the_comment_for_1200_new_tenants_fits_github(edit_prod, tmp_path):
+    tenants = "".join(f"    - name: team-{index:04d}\n      gpus: 0\n      priorityClass: gpu-low\n"
+                      f"      group: team-{index:04d}\n" for index in range(1200))
+    repo = edit_prod("  gpu-platform:tenants:\n", "  gpu-platform:tenants:\n" + tenants)
+    review = tmp_path / "review.json"
+    result = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline", "--format", "markdown",
+                     "--json-file", str(review))
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout) + 200 <= 65536  # with room for the line the workflow adds
+    assert "... 1100 more changed tenants not shown" in result.stdout
+    assert "`gpuctl-preview-<stack>` JSON artifact" in result.stdout
+    added = [t for t in json.loads(review.read_text())["summary"]["tenants"] if t["name"].startswith("team-")]
+    assert len(added) == 1200
+
+
+@pytest.fixture
+def edit_dev(repo):
+    """Edit dev's stack file (OpenShift) in the working tree; restored afterwards."""
+    stack = repo / "Pulumi.dev.yaml"
+    original = stack.read_text()
+
+    def edit(old: str, new: str) -> Path:
+        text = stack.read_text()
+        assert old in text
+        stack.write_text(text.replace(old, new, 1))
+        return repo
+
+    yield edit
+    stack.write_text(original)
+
+
+def test_an_openshift_release_rolls_when_you_start_the_upgrade_and_an_image_reaches_new_machines(edit_dev):
+    edit_dev('release: "4.18.24"\n    kernel: 5.14.0-427.87.1.el9_4.x86_64',
+             'release: "4.19.10"\n    kernel: 5.14.0-570.28.1.el9_6.x86_64\n'
+             '    nfdOperatorCsv: nfd.4.19.0-202509240837')
+    repo = edit_dev("image: ami-0a6c2d1e5f3b7c9d1", "image: ami-0c8e4f3a7b5d9f1a3")  # t4-inference
+    result = preview(repo, "--stack", "dev", "--base", "HEAD", "--offline")
+    assert result.returncode == 0, result.stderr
+    rolls = lines_of(result.stdout, "roll:")
+    assert rolls and all("OpenShift release 4.18.24 -> 4.19.10: this stack only declares it" in roll
+                         and "when you start the cluster upgrade, the Machine Config Operator reboots each node"
+                         in roll for roll in rolls)
+    [t4] = [roll for roll in rolls if "MachineSet template" in roll]
+    assert "reaches only machines created from now on; the 2 running nodes keep their image" in t4
+
+
+def test_a_base_with_fingerprinted_secrets_is_not_cached_so_a_later_run_shows_no_change(repo, tmp_path,
+                                                                                       base_plan_cache):
+    # Each run fingerprints secrets under a key of its own: a base plan kept from an earlier run would show the
+    # pull secret as replaced.
+    secret_file = tmp_path / "config.json"
+    secret_file.write_text(PULL_SECRET)
+    runs = [preview(repo, "--stack", "prod", "--base", "HEAD", "--offline", "--json",
+                    "--registry-pull-secret-file", str(secret_file)) for _ in range(2)]
+    assert [run.returncode for run in runs] == [0, 0], runs[0].stderr
+    assert [json.loads(run.stdout)["steps"] for run in runs] == [[], []]
+    assert list(base_plan_cache.glob("*.json")) == []

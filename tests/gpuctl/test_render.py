@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from gpuctl.render import dump_yaml, manifests
-from tests.conftest import ROOT, render_stack
+from tests.conftest import ROOT, render_stack, stack_config
 
 STACKS = {"dev": "1.31", "prod": "1.31"}
 # Core kinds each stack renders; the operators' own objects come from their Helm chart or OLM bundle instead.
@@ -418,3 +418,19 @@ def test_the_final_wait_visits_each_output_a_bounded_number_of_times(tenants: in
     plan = render_stack(config=fleet_config(tenants=tenants, pools=2, kernels=2))
     assert len(plan.resources) > 8 * tenants
     assert sum(waited) <= 10 * len(plan.resources)
+
+
+def test_under_the_engine_a_secret_structured_key_is_refused_not_rendered_in_plain_text() -> None:
+    """The Pulumi CLI hands the program a structured value holding a `secure:` as one secret key, decrypted: no
+    field of it is kept secret, so the program refuses it rather than write it into resources and outputs."""
+    from gpuctl.render import render_plan
+    from gpuctl.stackfile import StackFile, stack_file_from_config
+    from stacks.config import ConfigError
+
+    stack = stack_file_from_config("prod", stack_config("prod"))
+    config = {**stack.config}
+    config["gpu-platform:cluster"] = {**config["gpu-platform:cluster"], "instanceProfile": "decrypted-profile"}
+    with pytest.raises(ConfigError) as caught:
+        render_plan(StackFile("prod", config, [*stack.secret_keys, "gpu-platform:cluster"]))
+    assert "gpu-platform:cluster: holds a `secure:` value" in str(caught.value)
+    assert "decrypted-profile" not in str(caught.value)

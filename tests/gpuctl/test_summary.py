@@ -111,15 +111,20 @@ def test_time_slicing_shows_the_pools_sharing_and_what_is_advertised(dev_plan):
     assert "  advertised (time-slicing counts each share): 16 -> 24" in lines
 
 
-def test_lowering_a_pool_maximum_is_destructive_and_an_autoscaled_size_is_left_to_the_autoscaler(prod_base):
+def test_lowering_a_pool_maximum_says_the_same_in_the_roll_and_the_destructive_list(prod_base):
+    """AWS lowers a group's size to a lower maximum (UpdateAutoScalingGroup): nodes above it go, and the roll line
+    says so too rather than claim the running nodes are left alone."""
     config = stack_config("prod")
     pool(config, "a10g-batch").update(replicas=2, maxReplicas=2)
     new = render_stack("prod", config).document
     summary = summarize(prod_base, new, diff_plans(prod_base, new))
     assert [(d.what, d.takes_away) for d in summary.destructive] == [
-        ("pool a10g-batch maximum 8 -> 2", "any running nodes above the new maximum")]
+        ("pool a10g-batch maximum 8 -> 2", "any running nodes above the new maximum (AWS lowers the group's size "
+                                           "to it)")]
     [a10g] = [p for p in summary.pools if p.name == "a10g-batch"]
-    assert "config size 4 -> 2, but the autoscaler owns the live count" in a10g.roll and not a10g.size_applied
+    assert "running nodes above it are terminated (each drained first)" in a10g.roll and not a10g.size_applied
+    assert "config size 4 -> 2, but the autoscaler owns the live count" in a10g.roll
+    assert "leaves the running nodes as they are" not in a10g.roll
     assert (summary.capacity.gpus_before, summary.capacity.gpus_after) == (40, 32)
 
 

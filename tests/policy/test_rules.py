@@ -737,3 +737,19 @@ def test_queue_policies_read_bring_your_own_pools_by_their_selector_and_capacity
     quota["nominalQuota"] = capacity + 1
     [violation] = of(check_plan(doc), "queue-guarantee-within-capacity")
     assert violation.name == flavor["name"] and f"its pool advertises {capacity}" in violation.message
+
+
+@pytest.mark.parametrize(("stack", "size_path"), [("prod", ("desiredCapacity",)), ("dev", ("spec", "replicas"))])
+def test_capacity_is_judged_at_the_configured_size_under_both_runtimes(fresh: Callable[[str], Document], stack: str,
+                                                                        size_path: tuple[str, ...]) -> None:
+    """Under `pulumi up` a stack policy sees outputs: the size the autoscaler moved a pool to (here: scaled to zero
+    overnight), not the configured one gpuctl sees in the inputs. Both judge the configured size the pool records."""
+    doc = fresh(stack)
+    assert of(check_plan(doc), "gpu-quota-within-capacity") == []
+    for record in doc["resources"]:
+        if record["type"] in ("aws:autoscaling/group:Group", "kubernetes:machine.openshift.io/v1beta1:MachineSet"):
+            target = record["inputs"]
+            for key in size_path[:-1]:
+                target = target[key]
+            target[size_path[-1]] = 0  # the live size, as the engine's outputs would show it
+    assert of(check_plan(doc), "gpu-quota-within-capacity") == []

@@ -218,8 +218,8 @@ def test_dev_outputs(dev_plan: Plan) -> None:
     assert outputs["keptKernels"] == []
     # OpenShift builds the driver on the node (Driver Toolkit): the image carries the version, not the kernel.
     assert outputs["driverImages"] == {DEV_TARGET.key: "nvcr.io/nvidia/driver:580.95.05-rhcos4.18"}
-    assert outputs["tenants"] == {"vision": {"gpus": 6, "priorityClass": "gpu-high"},
-                                  "nlp-research": {"gpus": 4, "priorityClass": "gpu-low"}}
+    assert outputs["tenants"] == {"vision": {"gpus": 6, "priorityClass": "gpu-high", "retired": False},
+                                  "nlp-research": {"gpus": 4, "priorityClass": "gpu-low", "retired": False}}
 
 
 def test_prod_outputs(prod_plan: Plan) -> None:
