@@ -88,7 +88,7 @@ def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> Run:
 
 def project_repository(work: Path, fleets: dict[str, dict]) -> Path:
     """A git repository holding the project as it is now plus the fleets' stack files, committed once; then each
-    fleet's first pool moves to a new kernel in the working tree."""
+    fleet's first pool moves to a new kernel (and image) in the working tree."""
     repo = work / "repo"
     listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, check=True,
                             capture_output=True, text=True).stdout.split()
@@ -103,7 +103,8 @@ def project_repository(work: Path, fleets: dict[str, dict]) -> Path:
     subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
     subprocess.run([*git, "commit", "-q", "-m", "base"], cwd=repo, check=True)
     for stack, config in fleets.items():
-        config[f"{PROJECT}:nodePools"][0]["kernel"] = "6.8.0-1999-aws"
+        # a kernel upgrade: the new kernel and the image that boots it (one without the other is refused)
+        config[f"{PROJECT}:nodePools"][0].update(kernel="6.8.0-1999-aws", image="ami-0999999999999999f")
         (repo / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump({"config": config}))
     return repo
 
