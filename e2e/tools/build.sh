@@ -81,7 +81,9 @@ build pulumi pulumi -- -tags osusergo,grpcnotrace \
   -o "$bin/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
 # Its Python language host is ours (the release's host module is not served): it runs the exec script of the same
 # release's sdk/v3 module, installed beside it where the engine's host looks for it.
-sdk=$(cd "$here/pulumi-language-python" && go list -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/v3)
+# `go mod download -json` fetches the module first: `go list -m` leaves Dir empty for a module not yet in the cache.
+sdk=$(cd "$here/pulumi-language-python" && go mod download -json github.com/pulumi/pulumi/sdk/v3 \
+  | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
 install -m 0755 "$sdk/python/cmd/pulumi-language-python-exec" "$bin/pulumi-language-python-exec"
 build pulumi-language-python pulumi-language-python -- -ldflags "-s -w -X main.version=${pulumi#v}" \
   -o "$bin/pulumi-language-python" ./cmd/pulumi-language-python
@@ -91,8 +93,8 @@ build pulumi-language-python pulumi-language-python -- -ldflags "-s -w -X main.v
 # lock must pin the same pulumi-kubernetes release.
 k8s_provider=4.25.0
 k8s_provider_commit=f47bc2d6f199
-module=$(cd "$here/pulumi-kubernetes" && go list -m -f '{{.Version}} {{.Dir}}' \
-  github.com/pulumi/pulumi-kubernetes/provider/v4)
+module=$(cd "$here/pulumi-kubernetes" && go mod download -json github.com/pulumi/pulumi-kubernetes/provider/v4 \
+  | python3 -c 'import json, sys; module = json.load(sys.stdin); print(module["Version"], module["Dir"])')
 if [[ "${module%% *}" != *-"$k8s_provider_commit" ]] \
   || ! grep -qx "pulumi-kubernetes==$k8s_provider" "$here/../../requirements.lock"; then
   echo "e2e tools: pulumi-kubernetes/go.mod must pin commit $k8s_provider_commit (release $k8s_provider) and" \
