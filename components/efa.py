@@ -46,6 +46,7 @@ class EfaFabricArgs:
 
     cluster: str
     pools: tuple[str, ...]
+    chart_mirror: str | None = None  # charts.mirror: where the pinned chart is pulled from instead
 
 
 class EfaFabric(pulumi.ComponentResource):
@@ -64,5 +65,5 @@ class EfaFabric(pulumi.ComponentResource):
         helm_release(f"{name}-device-plugin", EFA_DEVICE_PLUGIN_CHART, EFA_NAMESPACE, {
             "tolerations": [dict(labels.GPU_TOLERATION)],
             "nodeSelector": dict(labels.GPU_NODE_SELECTOR),
-        }, child)
+        }, child, args.chart_mirror)
         self.register_outputs({"placementGroups": {pool: group.name for pool, group in self.placement_groups.items()}})

@@ -19,11 +19,13 @@ class GpuOperatorArgs:
         flavor: `kubernetes` (Helm release) or `openshift` (OLM, NVIDIA's certified bundle).
         cli_image: OpenShift: the image with `oc` that approves the pinned install plan.
         namespace_labels: extra labels of the operator's namespace (OpenShift: cluster monitoring).
+        chart_mirror: Kubernetes: where the pinned chart is pulled from instead (`charts.mirror`).
     """
 
     flavor: str
     cli_image: str | None = None
     namespace_labels: dict[str, str] = field(default_factory=dict)
+    chart_mirror: str | None = None
 
 
 class GpuOperator(pulumi.ComponentResource):
@@ -54,5 +56,5 @@ class GpuOperator(pulumi.ComponentResource):
                 "clusterPolicy": {"deployCR": False},  # ClusterPolicyStack builds it from the stack config
                 "driver": {"nvidiaDriverCRD": {"enabled": True, "deployDefaultCR": False}},
                 "operator": {"upgradeCRD": True, "cleanupCRD": False},
-            }, child_options(self, opts, namespace))
+            }, child_options(self, opts, namespace), args.chart_mirror)
         self.register_outputs({"namespace": self.namespace})

@@ -79,6 +79,7 @@ class KueueArgs:
     """The GPU pools and the labels that select each one's nodes (one ResourceFlavor each)."""
 
     pools: dict[str, dict[str, str]]
+    chart_mirror: str | None = None  # charts.mirror: where the pinned chart is pulled from instead
 
 
 class Kueue(pulumi.ComponentResource):
@@ -96,7 +97,7 @@ class Kueue(pulumi.ComponentResource):
                                           opts=child_options(self, opts))
         self.installed = helm_release(f"{name}-release", labels.KUEUE_CHART, labels.KUEUE_NAMESPACE, {
             "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(configuration(), sort_keys=False)},
-        }, child_options(self, opts, namespace))
+        }, child_options(self, opts, namespace), args.chart_mirror)
         after = child_options(self, opts, self.installed)
         for tier, value in WORKLOAD_PRIORITIES.items():
             workload_priority_class(f"{name}-priority-{tier}", tier, value, after)

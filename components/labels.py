@@ -1,5 +1,7 @@
 """Well-known keys, names and pinned versions: the one source of truth shared by components, policies and tests."""
 
+from __future__ import annotations
+
 from dataclasses import dataclass
 
 # Extended resource advertised by the device plugin, and the quota key that caps it.
@@ -89,6 +91,10 @@ class HelmChart:
     repository: str
     chart: str
     version: str
+
+    def from_mirror(self, mirror: str | None) -> HelmChart:
+        """The same chart and version pulled from `mirror` (a Helm repository URL or an `oci://` path), if set."""
+        return HelmChart(mirror.rstrip("/"), self.chart, self.version) if mirror else self
 
 
 @dataclass(frozen=True)

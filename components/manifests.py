@@ -22,12 +22,15 @@ def metadata(name: str, namespace: str | None = None, *, extra_labels: dict[str,
 
 
 def helm_release(resource_name: str, chart: labels.HelmChart, namespace: str, values: dict[str, Any],
-                 opts: pulumi.ResourceOptions) -> k8s.helm.v3.Release:
+                 opts: pulumi.ResourceOptions, mirror: str | None = None) -> k8s.helm.v3.Release:
     """A pinned chart installed as a Helm release named after the chart; every value shows in the plan.
+
+    `mirror` (the stack's `charts.mirror`) serves the same chart and version in place of its public repository.
 
     `pulumi up` waits for the release's workloads to become ready (Helm's own wait), up to 10 minutes; the
     release is replaced only when its name or namespace changes (helm_release.go), anything else upgrades it.
     """
+    chart = chart.from_mirror(mirror)
     oci = chart.repository.startswith("oci://")
     return k8s.helm.v3.Release(
         resource_name, name=chart.chart, namespace=namespace, version=chart.version, values=values,

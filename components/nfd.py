@@ -29,6 +29,7 @@ class NfdStackArgs:
     image: str | None = None
     olm: labels.OlmPackage | None = None
     cli_image: str | None = None
+    chart_mirror: str | None = None  # charts.mirror: where the pinned chart is pulled from instead
 
 
 class NfdStack(pulumi.ComponentResource):
@@ -63,7 +64,7 @@ class NfdStack(pulumi.ComponentResource):
             image = ImageName.parse(args.image)
             values["image"] = {"repository": f"{image.registry}/{image.repository}", "tag": image.tag}
         return helm_release(f"{name}-release", labels.NFD_CHART, self.namespace, values,
-                            child_options(self, opts, namespace))
+                            child_options(self, opts, namespace), args.chart_mirror)
 
     def _openshift(self, name: str, args: NfdStackArgs, opts: pulumi.ResourceOptions | None) -> pulumi.Resource:
         operator = OlmOperator(f"{name}-operator", OlmOperatorArgs(

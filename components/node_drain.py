@@ -55,6 +55,7 @@ class NodeDrainArgs:
     group_prefix: str
     drain_timeout_seconds: int
     role: str | None = None
+    chart_mirror: str | None = None  # charts.mirror: where the pinned chart is pulled from instead
 
 
 class NodeDrain(pulumi.ComponentResource):
@@ -118,7 +119,7 @@ class NodeDrain(pulumi.ComponentResource):
             "ignoreDaemonSets": True,
             "emitKubernetesEvents": True,
             "tolerations": [],  # never on a GPU node: it would evict itself mid-drain, and pools scale to zero
-        }, child_options(self, opts, *before_handler))
+        }, child_options(self, opts, *before_handler), args.chart_mirror)
         self.register_outputs({"queue": queue.url, "rule": rule.name, "policy": policy.name})
 
 

@@ -82,6 +82,24 @@ def apply_stack(applied: Applied) -> None:
             applied.rejected[key] = api_message(error)
 
 
+def prepare_cluster(stack: Stack, plane: ControlPlane) -> Kube:
+    """The cluster as it is before the stack: CRDs, the namespaces and objects it already has (stand-ins), and kwok
+    nodes shaped like the stack's pools, all Ready. Returns the admin's client."""
+    admin = Kube(plane.kubeconfig)
+    install_crds(admin)
+    for namespace in stack.missing_namespaces():
+        admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    for stand_in in NVIDIA_RUNTIME_CLASSES:
+        admin.apply(stand_in)
+    for stand_in in [OPENSHIFT_PRIORITY_CLASS, OPENSHIFT_SELF_PROVISIONERS] if stack.openshift else []:
+        admin.create(stand_in)  # created, not applied: another field manager owns it, as on OpenShift
+    for node in stack.nodes():
+        admin.create(node)
+    wait_for(lambda: all(node_ready(admin.get("v1", "Node", n["metadata"]["name"])) for n in stack.nodes()),
+             "every kwok node Ready", timeout=60)
+    return admin
+
+
 @pytest.fixture(scope="session")
 def tools() -> Path:
     missing = missing_tools()
@@ -97,18 +115,7 @@ def applied(request, tools, tmp_path_factory) -> Iterator[Applied]:
         pytest.skip(f"{CRDS} is not beside the project here: the stacks' custom resources need their CRDs")
     stack = Stack.render(request.param)
     with ControlPlane.start(tmp_path_factory.mktemp(f"cluster-{request.param}")) as plane:
-        admin = Kube(plane.kubeconfig)
-        install_crds(admin)
-        for namespace in stack.missing_namespaces():
-            admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-        for stand_in in NVIDIA_RUNTIME_CLASSES:
-            admin.apply(stand_in)
-        for stand_in in [OPENSHIFT_PRIORITY_CLASS, OPENSHIFT_SELF_PROVISIONERS] if stack.openshift else []:
-            admin.create(stand_in)  # created, not applied: another field manager owns it, as on OpenShift
-        for node in stack.nodes():
-            admin.create(node)
-        wait_for(lambda: all(node_ready(admin.get("v1", "Node", n["metadata"]["name"])) for n in stack.nodes()),
-                 "every kwok node Ready", timeout=60)
+        admin = prepare_cluster(stack, plane)
         applied = Applied(stack, plane, admin)
         apply_stack(applied)
         # What `pulumi up` waits for before binding a tenant's members (pulumi.com/waitFor on each quota): the

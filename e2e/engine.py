@@ -43,6 +43,9 @@ def kubernetes_plugin_version() -> str:
 
 
 def _tail(text: str) -> str:
+    """The end of a command's output, or its Diagnostics section (what failed) when it has one."""
+    if "Diagnostics:" in text:
+        text = text.split("Diagnostics:", 1)[1].split("\nOutputs:", 1)[0].split("\nResources:", 1)[0]
     return "\n".join(text.rstrip().splitlines()[-TAIL_LINES:])
 
 
@@ -79,6 +82,8 @@ class Engine:
             # The project's own environment, for programs whose Pulumi.yaml names no virtualenv.
             "PULUMI_PYTHON_CMD": sys.executable,
             "KUBECONFIG": str(self.kubeconfig),
+            # Helm's caches and repository config (the provider's releases), kept in the folder too.
+            **{f"HELM_{kind}_HOME": str(self.folder / "helm" / kind.lower()) for kind in ("CACHE", "CONFIG", "DATA")},
             "NO_COLOR": "1",
         }
 
@@ -135,6 +140,10 @@ class Engine:
 
     def destroy(self) -> subprocess.CompletedProcess:
         return self.run("destroy", "--yes", "--skip-preview", timeout=UPDATE_SECONDS)
+
+    def export(self) -> dict[str, Any]:
+        """The stack's state as `pulumi stack export` writes it (secrets encrypted)."""
+        return json.loads(self.run("stack", "export").stdout)
 
     def outputs(self) -> dict[str, Any]:
         return json.loads(self.run("stack", "output", "--json", "--show-secrets").stdout)

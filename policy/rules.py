@@ -108,7 +108,10 @@ def containers(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def whole(value: Any) -> int | None:
-    """A whole-number quantity ("4", 4), or None when it is not one."""
+    """A whole-number quantity ("4", 4, or 4.0: the engine hands policies every number as a float), or None when it
+    is not one."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     try:
         return int(str(value))
     except ValueError:

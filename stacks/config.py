@@ -686,6 +686,14 @@ class ImagesConfig(StrictModel):
         return images
 
 
+class ChartsConfig(StrictModel):
+    """Where the pinned Helm charts come from (Kubernetes): their public repositories, or one mirror that serves the
+    same charts at the same versions (an air-gapped cluster's Harbor, ChartMuseum or OCI registry)."""
+
+    mirror: str | None = Field(default=None, pattern=r"^(oci|https?)://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~-]+)*/?$",
+                               description="a Helm repository URL (https://...) or an OCI path (oci://host/path)")
+
+
 class MonitoringConfig(StrictModel):
     """Whether the cluster runs the Prometheus Operator (built into OpenShift; optional on Kubernetes)."""
 
@@ -724,6 +732,7 @@ class StackConfig(StrictModel):
     tenancy: TenancyConfig = TenancyConfig()
     device_plugin: DevicePluginConfig = DevicePluginConfig()
     images: ImagesConfig = ImagesConfig()
+    charts: ChartsConfig = ChartsConfig()
     monitoring: MonitoringConfig = MonitoringConfig()
     registry_pull_secret: Annotated[SecretStr, AfterValidator(docker_config_json)] | None = None
     preflight: StrictBool = True
@@ -779,6 +788,9 @@ class StackConfig(StrictModel):
         if self.images.nfd and openshift:
             raise ValueError("images: nfd applies to Kubernetes; on OpenShift the NFD operator runs the NFD image "
                              "of the cluster release")
+        if self.charts.mirror and openshift:
+            raise ValueError("charts.mirror applies to Kubernetes: on OpenShift the operators come through OLM from "
+                             "the cluster's catalogs (mirror those with oc-mirror); remove it")
         return self
 
     def _check_placement(self) -> None:
@@ -951,6 +963,8 @@ PATTERN_FIXES = {
     "<domain>/<name>",
     _CPU: "write whole cores (e.g. 64) or millicores (e.g. 500m)",
     _MEMORY: "write a size in Mi, Gi or Ti, e.g. 256Gi",
+    ChartsConfig.model_fields["mirror"].metadata[0].pattern: "write a Helm repository URL (https://charts.example."
+    "com/stable) or an OCI path (oci://registry.example.com/charts), without credentials or a query",
     ImagesConfig.model_fields["nfd"].metadata[0].pattern: "write <registry>/<repository>:<tag> or "
     "<registry>/<repository>@sha256:<digest>, e.g. registry.k8s.io/nfd/node-feature-discovery:v0.17.3",
 }
@@ -967,6 +981,8 @@ def _shown(value: Any) -> str:
     """A value as a stack file writes it: null, true and false as YAML spells them, anything else quoted."""
     if value is None or isinstance(value, bool):
         return json.dumps(value)
+    if isinstance(value, str):  # a URL's user:password is a credential: never shown
+        value = re.sub(r"(?<=://)[^/@\s]*@", "***@", value)
     return repr(value)
 
 

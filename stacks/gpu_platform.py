@@ -45,11 +45,12 @@ class GpuPlatform(pulumi.ComponentResource):
 
         nfd = NfdStack("nfd", NfdStackArgs(
             flavor=flavor, image=config.images.nfd, cli_image=cli_image,
-            olm=labels.nfd_olm_package(cluster.nfd_csv) if openshift else None,
+            olm=labels.nfd_olm_package(cluster.nfd_csv) if openshift else None, chart_mirror=config.charts.mirror,
         ), pulumi.ResourceOptions(parent=self))
         operator = GpuOperator("gpu-operator", GpuOperatorArgs(
             flavor=flavor, cli_image=cli_image,
             namespace_labels={"openshift.io/cluster-monitoring": "true"} if openshift else {},
+            chart_mirror=config.charts.mirror,
         ), pulumi.ResourceOptions(parent=self, depends_on=[nfd.ready]))
         after_install = pulumi.ResourceOptions(parent=self, depends_on=[operator.installed])
         device_plugin = DevicePluginStack("device-plugin", DevicePluginStackArgs(
@@ -76,7 +77,7 @@ class GpuPlatform(pulumi.ComponentResource):
         drain = [NodeDrain("node-drain", NodeDrainArgs(
             cluster=cluster.name, region=cluster.region, group_prefix=group_prefix(cluster.name),
             drain_timeout_seconds=max(pool.roll.drain_timeout_seconds for pool in config.aws_pools),
-            role=cluster.node_termination_handler_role), pulumi.ResourceOptions(parent=self)).ready
+            role=cluster.node_termination_handler_role, chart_mirror=config.charts.mirror), pulumi.ResourceOptions(parent=self)).ready
         ] if config.aws_pools else []
         self.pools = {
             pool.name: GpuNodePool(f"pool-{pool.name}", pool_args[pool.name], pulumi.ResourceOptions(
@@ -105,7 +106,8 @@ class GpuPlatform(pulumi.ComponentResource):
                                             pulumi.ResourceOptions(parent=self))
         queued = config.tenancy.mode == "queue"
         # Queue mode: Kueue and its refusal of GPU work outside the queues, before any tenant namespace exists.
-        kueue = Kueue("kueue", KueueArgs({name: pool.node_selector for name, pool in self.pools.items()}),
+        kueue = Kueue("kueue", KueueArgs({name: pool.node_selector for name, pool in self.pools.items()},
+                                          config.charts.mirror),
                       pulumi.ResourceOptions(parent=self)) if queued else None
         self.tenants = {
             tenant.name: TenantQuota(f"tenant-{tenant.name}", TenantQuotaArgs(
@@ -171,7 +173,7 @@ class GpuPlatform(pulumi.ComponentResource):
             tuning = {name: NodeTuning(f"tuning-{name}", profile, pulumi.ResourceOptions(parent=self))
                       for name, profile in profiles.items()}
         efa_pools = tuple(pool.name for pool in config.node_pools if pool.fabric == "efa")
-        fabric = EfaFabric("efa", EfaFabricArgs(config.cluster.name, efa_pools),
+        fabric = EfaFabric("efa", EfaFabricArgs(config.cluster.name, efa_pools, config.charts.mirror),
                            pulumi.ResourceOptions(parent=self)) if efa_pools else None
         return PoolTuning(profiles, tuning, fabric)
 

@@ -753,3 +753,23 @@ def test_capacity_is_judged_at_the_configured_size_under_both_runtimes(fresh: Ca
                 target = target[key]
             target[size_path[-1]] = 0  # the live size, as the engine's outputs would show it
     assert of(check_plan(doc), "gpu-quota-within-capacity") == []
+
+
+def engine_numbers(value: Any) -> Any:
+    """A value as the engine hands it to a policy pack: every number a float (a protobuf Struct has no integers)."""
+    if isinstance(value, dict):
+        return {key: engine_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [engine_numbers(item) for item in value]
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod", "onprem"])
+def test_policies_judge_numbers_as_the_engine_hands_them(shipped_plans: dict[str, Plan], stack: str) -> None:
+    """Under `pulumi up` a bring-your-own pool's 2 nodes arrive as 2.0: read as no nodes, the capacity policy refused
+    onprem's quotas against 0 GPUs (found by the real engine)."""
+    document = copy.deepcopy(shipped_plans[stack].document)
+    expected = [(v.policy, v.name) for v in check_plan(document)]
+    for record in document["resources"]:
+        record["inputs"] = engine_numbers(record["inputs"])
+    assert [(v.policy, v.name) for v in check_plan(document)] == expected

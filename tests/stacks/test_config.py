@@ -1148,3 +1148,11 @@ def test_max_unavailable_of_a_profile_is_refused_on_kubernetes() -> None:
 
     assert "profile.maxUnavailable paces the Machine Config Operator's reboots on OpenShift" in message
     assert "remove it and set roll.minHealthyPercentage instead" in message
+
+
+def test_a_chart_mirror_is_for_kubernetes_and_never_shows_its_credentials() -> None:
+    assert "charts.mirror applies to Kubernetes" in config_error(
+        lambda v: v.update(charts={"mirror": "https://charts.example.com"}))
+    message = config_error(lambda v: v.update(charts={"mirror": "https://robot:s3cr3t@charts.example.com"}), "prod")
+    assert message.startswith("gpu-platform:charts.mirror:") and "s3cr3t" not in message and "robot" not in message
+    assert "oci://" in message  # the fix: the forms it takes

@@ -630,3 +630,21 @@ def test_subscriptions_wait_for_olm_to_resolve_the_pinned_csv(dev_plan: Plan) ->
         annotations = subscription["metadata"]["annotations"]
         assert annotations[labels.WAIT_FOR] == f"jsonpath={{.status.currentCSV}}={subscription['spec']['startingCSV']}"
         assert int(annotations[labels.TIMEOUT_SECONDS]) == 600
+
+
+@pytest.mark.parametrize(("mirror", "chart", "repository"), [
+    ("https://harbor.lab.example/chartrepo/gpu/", "gpu-operator", "https://harbor.lab.example/chartrepo/gpu"),
+    ("oci://harbor.lab.example/gpu", "oci://harbor.lab.example/gpu/gpu-operator", None),
+])
+def test_a_chart_mirror_serves_every_pinned_chart_at_its_version(mirror: str, chart: str, repository: str | None):
+    config = stack_config("prod")
+    config["gpu-platform:charts"] = {"mirror": mirror}
+    releases = [r for r in render_stack("prod", config).resources if r["type"] == "kubernetes:helm.sh/v3:Release"]
+    public = {labels.GPU_OPERATOR_CHART.chart: labels.GPU_OPERATOR_CHART, labels.NFD_CHART.chart: labels.NFD_CHART}
+    assert len(releases) >= 3  # the operator, NFD and the node termination handler
+    for release in releases:
+        name = release["inputs"]["name"]
+        assert release["inputs"]["chart"] == chart.replace("gpu-operator", name)
+        assert release["inputs"].get("repositoryOpts", {}).get("repo") == repository
+        if name in public:
+            assert release["inputs"]["version"] == public[name].version

@@ -1,0 +1,275 @@
+"""A stack's whole life under the real engine, with gpuctl's preview held to the engine's at every change.
+
+For an OpenShift stack (dev) and a bring-your-own Kubernetes stack (onprem), each on a control plane of its own
+prepared as the cluster is before the stack (e2e/conftest.py): `pulumi preview`, `up` with the policy pack, a
+preview that must show no changes, `refresh` with no drift, then a series of changes as a user makes them, each
+previewed by gpuctl (`--base` the commit deployed last) and by the engine (`preview --json --diff`), which must
+plan the same URNs with the same operations, then applied; a protected removal and a policy violation that the
+engine must refuse before it changes anything; and `destroy`, first refused for the protected tenant namespaces,
+then done the documented way (retire every tenant, then destroy), leaving no object the stack created.
+
+Stand-ins (e2e/standins.py): onprem pulls its charts from a Helm repository on 127.0.0.1 serving stand-in charts
+under the pinned names and versions (`charts.mirror`); on dev, a stand-in for OLM resolves Subscriptions, and kwok
+completes the install-plan approver's Job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components import labels
+from components.node_drain import NTH_CHART
+from e2e.cluster import ControlPlane
+from e2e.conftest import CRDS, prepare_cluster
+from e2e.engine import Engine, EngineError, missing_tools, steps
+from e2e.kube import Kube
+from e2e.stack import Stack
+from e2e.standins import StandInCharts, StandInOlm
+from e2e.test_engine_stacks import ENGINE_ONLY, project_copy
+from tests.conftest import ROOT
+
+PROJECT = "gpu-platform"
+PULL_SECRETS = [json.dumps({"auths": {"nvcr.io": {"username": "$oauthtoken", "password": f"key-{n}"}}}) for n in (1, 2)]
+CHARTS = [labels.GPU_OPERATOR_CHART, labels.NFD_CHART, labels.KUEUE_CHART, NTH_CHART]
+
+Edit = Callable[[dict[str, Any]], None]
+
+
+def tenant(config: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(t for t in config[f"{PROJECT}:tenants"] if t["name"] == name)
+
+
+def pool(config: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(p for p in config[f"{PROJECT}:nodePools"] if p["name"] == name)
+
+
+@dataclass
+class Lifecycle:
+    """The project copy (a git repository whose HEAD is what was deployed last), its engine and its cluster."""
+
+    stack: str
+    project: Path
+    engine: Engine
+    admin: Kube
+
+    @property
+    def stack_file(self) -> Path:
+        return self.project / f"Pulumi.{self.stack}.yaml"
+
+    def git(self, *args: str) -> str:
+        return subprocess.run(["git", *args], cwd=self.project, capture_output=True, text=True, check=True).stdout
+
+    def commit(self, message: str) -> None:
+        self.git("add", "-A")
+        self.git("-c", "user.name=e2e", "-c", "user.email=e2e@127.0.0.1", "commit", "-q", "--allow-empty", "-m",
+                 message)
+
+    def edit(self, change: Edit) -> None:
+        document = yaml.safe_load(self.stack_file.read_text())
+        change(document["config"])
+        self.stack_file.write_text(yaml.safe_dump(document, sort_keys=False))
+
+    def gpuctl(self, base: bool = True) -> tuple[int, dict[str, Any], str]:
+        """`gpuctl preview --base HEAD --format json` of the working tree (without a base: a new stack), with live
+        discovery of the cluster."""
+        result = subprocess.run(
+            [sys.executable, "-m", "gpuctl", "preview", "--stack", self.stack, "--format", "json", "--no-cache",
+             *(["--base", "HEAD"] if base else [])], cwd=self.project, capture_output=True, text=True, timeout=600,
+            env={**os.environ, "KUBECONFIG": str(self.engine.kubeconfig)})
+        assert result.returncode in (0, 1), result.stderr
+        return result.returncode, json.loads(result.stdout), result.stderr
+
+    def compare(self, what: str) -> dict[str, str]:
+        """gpuctl's and the engine's preview of the working tree against what is deployed: the same URNs, each with
+        the same operation. Returns the engine's steps."""
+        code, ours, _ = self.gpuctl()
+        assert code == 0, f"{what}: gpuctl preview exited {code}: {ours.get('policies')}"
+        theirs = engine_steps(self.engine.preview())
+        mine = {step["urn"]: step["op"] for step in ours["steps"]}
+        assert set(mine) == set(theirs), (what, sorted(set(mine) - set(theirs)), sorted(set(theirs) - set(mine)))
+        assert {urn: (op, theirs[urn]) for urn, op in mine.items() if theirs[urn] != op} == {}, what
+        return theirs
+
+    def change(self, what: str, edit: Edit) -> dict[str, str]:
+        """A change as a user makes it: edit, both previews agree, `up`, then nothing left to change."""
+        self.edit(edit)
+        planned = self.compare(what)
+        assert set(planned.values()) != {"same"}, f"{what}: the previews plan no change"
+        self.engine.up(policy_pack=ROOT / "policy")
+        self.commit(what)
+        assert set(engine_steps(self.engine.preview(expect_no_changes=True)).values()) == {"same"}, what
+        return planned
+
+    def refused(self, what: str, edit: Edit, reason: str) -> None:
+        """A change the engine must refuse before it changes anything, as gpuctl's preview says it will."""
+        before = self.engine.export()["deployment"].get("resources")
+        self.edit(edit)
+        code, ours, _ = self.gpuctl()
+        assert code == 1, f"{what}: gpuctl preview exited {code}, not 1 (refused)"
+        result = self.engine.up(policy_pack=ROOT / "policy", check=False)
+        assert result.returncode != 0 and reason in result.stdout + result.stderr, (what, result.stdout[-2000:])
+        assert self.engine.export()["deployment"].get("resources") == before, f"{what}: the engine changed the stack's state"
+        self.git("checkout", "--", self.stack_file.name)
+        assert set(engine_steps(self.engine.preview(expect_no_changes=True)).values()) == {"same"}, what
+
+
+def engine_steps(report: dict[str, Any]) -> dict[str, str]:
+    return {urn: op for urn, op in steps(report).items() if urn.split("::")[2].split("$")[-1] not in ENGINE_ONLY}
+
+
+@pytest.fixture(params=["dev", "onprem"])
+def lifecycle(request, tmp_path: Path) -> Iterator[Lifecycle]:
+    missing = missing_tools()
+    if missing:
+        pytest.fail(f"{', '.join(missing)} not built: run `make e2e` (it builds them first)", pytrace=False)
+    if not CRDS.is_dir():
+        pytest.skip(f"{CRDS} is not beside the project here: the stacks' custom resources need their CRDs")
+    name = request.param
+    stack = Stack.render(name)
+    with ControlPlane.start(tmp_path / "cluster") as plane:
+        admin = prepare_cluster(stack, plane)
+        charts = StandInCharts(tmp_path / "charts", CHARTS) if not stack.openshift else None
+        olm = StandInOlm(plane.kubeconfig) if stack.openshift else None
+        try:
+            project = project_copy(tmp_path / "project")
+            engine = Engine.prepare(project, tmp_path / "engine", plane.kubeconfig)
+            config = {f"{PROJECT}:preflight": "false"}  # the driver image preflight asks a registry: none here
+            if charts:
+                config[f"{PROJECT}:charts.mirror"] = charts.url
+            engine.init(name, config={}, secrets={f"{PROJECT}:registryPullSecret": PULL_SECRETS[0]})
+            for key, value in config.items():
+                engine.run("config", "set", "--path", key, value)
+            life = Lifecycle(name, project, engine, admin)
+            life.git("init", "-q")
+            life.commit("the stack as deployed")
+            yield life
+        finally:
+            for standin in (charts, olm):
+                if standin:
+                    standin.close()
+            admin.close()
+
+
+def set_(path: str, value: Any) -> Edit:
+    """An edit setting `<section>.<key>...` of the stack's config (the project's namespace implied)."""
+    section, *keys = path.split(".")
+
+    def edit(config: dict[str, Any]) -> None:
+        node = config.setdefault(f"{PROJECT}:{section}", {})
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+        node[keys[-1]] = value
+    return edit
+
+
+def add_tenant(**fields: Any) -> Edit:
+    return lambda config: config[f"{PROJECT}:tenants"].append(fields)
+
+
+def tenant_field(name: str, key: str, value: Any) -> Edit:
+    return lambda config: tenant(config, name).update({key: value})
+
+
+def drop_tenant(name: str) -> Edit:
+    return lambda config: config[f"{PROJECT}:tenants"].remove(tenant(config, name))
+
+
+def pool_field(name: str, key: str, value: Any) -> Edit:
+    return lambda config: pool(config, name).update({key: value})
+
+
+def driver(branch: str, version: str | None = None, precompiled: bool | None = None) -> Edit:
+    def edit(config: dict[str, Any]) -> None:
+        section = config.setdefault(f"{PROJECT}:driver", {})
+        section["branch"] = branch
+        section.pop("version", None)
+        section.pop("precompiled", None)
+        section.update({k: v for k, v in (("version", version), ("precompiled", precompiled)) if v is not None})
+    return edit
+
+
+# The changes of each stack, in order: what the user means, and the edit. The kernel, sharing and rename changes
+# name what the stack has; a user's pull-secret rotation is `pulumi config set --secret` (not an edit).
+CHANGES: dict[str, list[tuple[str, Edit]]] = {
+    "dev": [
+        ("an OpenShift release and its kernel", lambda c: c[f"{PROJECT}:cluster"].update(
+            release="4.18.25", kernel="5.14.0-427.92.1.el9_4.x86_64")),
+        ("a driver branch bump", driver("590", "590.44.01")),
+        ("precompiled drivers on", driver("590", precompiled=True)),
+        ("precompiled drivers off", driver("590", "590.44.01", precompiled=False)),
+        ("a tenant added", add_tenant(name="speech", gpus=2, priorityClass="gpu-low", group="speech-team")),
+        ("a tenant's quota changed", tenant_field("vision", "gpus", 5)),
+        ("time-slicing changed", pool_field("t4-inference", "timeSlicingReplicas", 2)),
+        ("the cluster renamed", set_("cluster.name", "dev-ocp-b")),
+    ],
+    "onprem": [
+        ("a pool's kernel upgraded", pool_field("dgx-a100", "kernel", "5.15.0-130-generic")),
+        ("a driver branch bump", driver("590")),
+        ("precompiled drivers off", driver("590", "590.44.01", precompiled=False)),
+        ("precompiled drivers on", driver("590")),
+        ("a tenant added", add_tenant(name="speech", gpus=2, priorityClass="gpu-low", group="speech-team")),
+        ("a tenant's quota changed", tenant_field("inference", "gpus", 20)),
+        ("time-slicing changed", pool_field("l40s-inference", "timeSlicingReplicas", 4)),
+        ("the cluster renamed", set_("cluster.name", "onprem-lab")),
+    ],
+}
+
+
+def managed_objects(admin: Kube, kinds: set[tuple[str, str]]) -> list[str]:
+    """Objects of these kinds on the cluster that carry the platform's managed-by label."""
+    selector = ",".join(f"{key}={value}" for key, value in labels.MANAGED_BY.items())
+    found = []
+    for api_version, kind in sorted(kinds):
+        for obj in admin.resource(api_version, kind).get(label_selector=selector).to_dict()["items"]:
+            found.append("/".join(p for p in (kind, obj["metadata"].get("namespace"), obj["metadata"]["name"]) if p))
+    return found
+
+
+def test_a_stack_lives_and_dies_under_the_engine_as_gpuctl_previews_it(lifecycle: Lifecycle) -> None:
+    life, engine = lifecycle, lifecycle.engine
+    # A new stack: both previews create every resource.
+    code, ours, _ = life.gpuctl(base=False)
+    theirs = engine_steps(engine.preview())
+    assert code == 0 and {s["urn"]: s["op"] for s in ours["steps"]} == theirs
+    assert set(theirs.values()) == {"create"}
+    engine.up(policy_pack=ROOT / "policy")
+    assert set(engine_steps(engine.preview(expect_no_changes=True)).values()) == {"same"}
+    engine.run("refresh", "--yes", "--skip-preview", "--expect-no-changes", timeout=600)
+    kinds = {(obj["apiVersion"], obj["kind"]) for obj in Stack.render(life.stack).objects()}
+    assert managed_objects(life.admin, kinds)
+
+    for what, edit in CHANGES[life.stack]:
+        life.change(what, edit)
+    engine.run("config", "set", "--secret", f"{PROJECT}:registryPullSecret", PULL_SECRETS[1])
+    planned = life.compare("a pull-secret rotation")
+    assert [urn for urn, op in planned.items() if op != "same"], "a rotated pull secret changes nothing"
+    engine.up(policy_pack=ROOT / "policy")
+    life.commit("a pull-secret rotation")
+
+    first = life.stack_file.read_text()
+    victim = yaml.safe_load(first)["config"][f"{PROJECT}:tenants"][0]["name"]
+    life.refused("a tenant removed in one change", drop_tenant(victim), "protect")
+    life.refused("a policy violation", tenant_field(victim, "gpus", 9999), "gpu-quota-within-capacity")
+    life.change("a tenant retired", tenant_field(victim, "retired", True))
+    life.change("a retired tenant removed", drop_tenant(victim))
+
+    # destroy: refused while tenant namespaces are protected; the documented way retires them first.
+    refused = engine.run("destroy", "--yes", "--skip-preview", timeout=600, check=False)
+    assert refused.returncode != 0 and "protect" in refused.stdout + refused.stderr
+    def retire_all(config: dict[str, Any]) -> None:
+        for entry in config[f"{PROJECT}:tenants"]:
+            entry["retired"] = True
+    life.change("every tenant retired", retire_all)
+    engine.destroy()
+    assert engine.export()["deployment"].get("resources", []) == []
+    assert managed_objects(life.admin, kinds) == []
