@@ -20,7 +20,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ class Lifecycle:
     project: Path
     engine: Engine
     admin: Kube
+    planned: dict[str, str] = field(default_factory=dict)  # gpuctl's last preview: URN -> operation
 
     @property
     def stack_file(self) -> Path:
@@ -86,28 +87,37 @@ class Lifecycle:
             [sys.executable, "-m", "gpuctl", "preview", "--stack", self.stack, "--format", "json", "--no-cache",
              *(["--base", "HEAD"] if base else [])], cwd=self.project, capture_output=True, text=True, timeout=600,
             env={**os.environ, "KUBECONFIG": str(self.engine.kubeconfig)})
-        assert result.returncode in (0, 1), result.stderr
+        assert result.returncode in (0, 1) and result.stdout, result.stderr
         return result.returncode, json.loads(result.stdout), result.stderr
 
-    def compare(self, what: str) -> dict[str, str]:
-        """gpuctl's and the engine's preview of the working tree against what is deployed: the same URNs, each with
-        the same operation. Returns the engine's steps."""
-        code, ours, _ = self.gpuctl()
+    def compare(self, what: str, base: bool = True) -> dict[str, str]:
+        """gpuctl's and the engine's preview of the working tree against what is deployed: the same URNs change, each
+        by the same operation (the engine's report leaves out the resources that stay the same). Returns them."""
+        code, ours, _ = self.gpuctl(base)
         assert code == 0, f"{what}: gpuctl preview exited {code}: {ours.get('policies')}"
-        theirs = engine_steps(self.engine.preview())
-        mine = {step["urn"]: step["op"] for step in ours["steps"]}
+        self.planned = {step["urn"]: step["op"] for step in ours["steps"]}
+        mine = changes(self.planned)
+        theirs = changes(engine_steps(self.engine.preview()))
         assert set(mine) == set(theirs), (what, sorted(set(mine) - set(theirs)), sorted(set(theirs) - set(mine)))
         assert {urn: (op, theirs[urn]) for urn, op in mine.items() if theirs[urn] != op} == {}, what
+        assert theirs, f"{what}: the previews plan no change"
         return theirs
+
+    def deployed(self, what: str) -> None:
+        """After `up`: the stack's resources are those gpuctl's preview listed (bar deletions), and nothing is left to
+        change."""
+        urns = {r["urn"] for r in self.engine.export()["deployment"].get("resources", [])}
+        kept = {urn for urn, op in self.planned.items() if op != "delete"}
+        assert {urn for urn in urns if urn.split("::")[2].split("$")[-1] not in ENGINE_ONLY} == kept, what
+        assert changes(engine_steps(self.engine.preview(expect_no_changes=True))) == {}, what
 
     def change(self, what: str, edit: Edit) -> dict[str, str]:
         """A change as a user makes it: edit, both previews agree, `up`, then nothing left to change."""
         self.edit(edit)
         planned = self.compare(what)
-        assert set(planned.values()) != {"same"}, f"{what}: the previews plan no change"
         self.engine.up(policy_pack=ROOT / "policy")
         self.commit(what)
-        assert set(engine_steps(self.engine.preview(expect_no_changes=True)).values()) == {"same"}, what
+        self.deployed(what)
         return planned
 
     def refused(self, what: str, edit: Edit, reason: str) -> None:
@@ -120,7 +130,11 @@ class Lifecycle:
         assert result.returncode != 0 and reason in result.stdout + result.stderr, (what, result.stdout[-2000:])
         assert self.engine.export()["deployment"].get("resources") == before, f"{what}: the engine changed the stack's state"
         self.git("checkout", "--", self.stack_file.name)
-        assert set(engine_steps(self.engine.preview(expect_no_changes=True)).values()) == {"same"}, what
+        assert changes(engine_steps(self.engine.preview(expect_no_changes=True))) == {}, what
+
+
+def changes(planned: dict[str, str]) -> dict[str, str]:
+    return {urn: op for urn, op in planned.items() if op != "same"}
 
 
 def engine_steps(report: dict[str, Any]) -> dict[str, str]:
@@ -151,6 +165,7 @@ def lifecycle(request, tmp_path: Path) -> Iterator[Lifecycle]:
                 engine.run("config", "set", "--path", key, value)
             life = Lifecycle(name, project, engine, admin)
             life.git("init", "-q")
+            (project / ".git" / "info" / "exclude").write_text(".venv\n")  # a link to the checkout's venv
             life.commit("the stack as deployed")
             yield life
         finally:
@@ -238,12 +253,9 @@ def managed_objects(admin: Kube, kinds: set[tuple[str, str]]) -> list[str]:
 def test_a_stack_lives_and_dies_under_the_engine_as_gpuctl_previews_it(lifecycle: Lifecycle) -> None:
     life, engine = lifecycle, lifecycle.engine
     # A new stack: both previews create every resource.
-    code, ours, _ = life.gpuctl(base=False)
-    theirs = engine_steps(engine.preview())
-    assert code == 0 and {s["urn"]: s["op"] for s in ours["steps"]} == theirs
-    assert set(theirs.values()) == {"create"}
+    assert set(life.compare("a new stack", base=False).values()) == {"create"}
     engine.up(policy_pack=ROOT / "policy")
-    assert set(engine_steps(engine.preview(expect_no_changes=True)).values()) == {"same"}
+    life.deployed("a new stack")
     engine.run("refresh", "--yes", "--skip-preview", "--expect-no-changes", timeout=600)
     kinds = {(obj["apiVersion"], obj["kind"]) for obj in Stack.render(life.stack).objects()}
     assert managed_objects(life.admin, kinds)
@@ -251,10 +263,10 @@ def test_a_stack_lives_and_dies_under_the_engine_as_gpuctl_previews_it(lifecycle
     for what, edit in CHANGES[life.stack]:
         life.change(what, edit)
     engine.run("config", "set", "--secret", f"{PROJECT}:registryPullSecret", PULL_SECRETS[1])
-    planned = life.compare("a pull-secret rotation")
-    assert [urn for urn, op in planned.items() if op != "same"], "a rotated pull secret changes nothing"
+    life.compare("a pull-secret rotation")
     engine.up(policy_pack=ROOT / "policy")
     life.commit("a pull-secret rotation")
+    life.deployed("a pull-secret rotation")
 
     first = life.stack_file.read_text()
     victim = yaml.safe_load(first)["config"][f"{PROJECT}:tenants"][0]["name"]

@@ -151,7 +151,16 @@ def _extract(commit: str, tree: Path) -> None:
     if archive.returncode != 0:
         raise ConfigError(f"git archive {commit}: {archive.stderr.decode(errors='replace').strip() or 'failed'}")
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as files:
-        files.extractall(tree, filter="data")
+        files.extractall(tree, filter=_inside)
+
+
+def _inside(member: tarfile.TarInfo, tree: str) -> tarfile.TarInfo | None:
+    """tarfile's `data` filter, skipping (not failing on) what would point outside the tree, such as a committed
+    link to an absolute path: the program reads nothing outside its checkout."""
+    try:
+        return tarfile.data_filter(member, tree)
+    except tarfile.FilterError:
+        return None
 
 
 def base_kernels(plan: dict[str, Any]) -> list[KernelTarget]:

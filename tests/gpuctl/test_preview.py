@@ -162,6 +162,20 @@ def test_an_empty_base_is_bad_input_not_a_new_deployment(repo, base):
                             "new deployment\n"
 
 
+def test_a_base_with_links_out_of_the_checkout_previews_without_following_them(repo):
+    # A committed link to an absolute path (a venv, a shared folder) is skipped, not a traceback.
+    (repo / "shared-venv").symlink_to("/usr")
+    (repo / "up-and-out").symlink_to("../../outside")
+    git(repo, "add", "shared-venv", "up-and-out")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "links")
+    try:
+        result = preview(repo, "--stack", "dev", "--base", "HEAD", "--offline", "--no-cache", "--json")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["changeSummary"]["same"] > 50
+    finally:
+        git(repo, "reset", "-q", "--hard", "HEAD~1")
+
+
 def test_unknown_base_ref_is_bad_input(repo):
     result = preview(repo, "--stack", "dev", "--base", "no-such-branch", "--offline")
     assert result.returncode == 2
