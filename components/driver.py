@@ -19,7 +19,7 @@ from fleet.kernels import DriverRelease, KernelInventory, KernelTarget
 EVICTION_TIMEOUT_SECONDS = 300
 # The NVIDIADriver CRD refuses a change of these (x-kubernetes-validations `self == oldSelf`: "Please create a new
 # NvidiaDriver"), which pulumi-kubernetes would try in place: replace the object instead, deleting it first (the
-# new one has the same name), so toggling precompiled drivers deploys instead of failing at the API server.
+# old and the new select the same nodes), so toggling precompiled drivers deploys instead of failing at the API server.
 IMMUTABLE = pulumi.ResourceOptions(replace_on_changes=["spec.usePrecompiled", "spec.driverType"],
                                    delete_before_replace=True)
 
@@ -69,8 +69,15 @@ def driver_slug(target: KernelTarget, release: DriverRelease) -> str:
 
 
 def driver_name(target: KernelTarget, release: DriverRelease) -> str:
-    """The NVIDIADriver's name: stable for one (os, kernel), or one OS release, a DNS-1123 label."""
-    return f"nvidia-driver-{driver_slug(target, release)}"
+    """The NVIDIADriver's name: stable for one (os, kernel), or one OS release, a DNS-1123 label.
+
+    A driver built on the node for one kernel (Kubernetes, precompiled off) is named apart from the precompiled one:
+    toggling `driver.precompiled` then replaces it under a new name. Under the same name the engine's preview of
+    the new object (a server-side dry run) meets the old one and the API server refuses the immutable change, so
+    the preview fails although the delete-first replace would deploy.
+    """
+    built = "" if release.precompiled or by_os_release(target, release) else "-built"
+    return f"nvidia-driver-{driver_slug(target, release)}{built}"
 
 
 class DriverStack(pulumi.ComponentResource):

@@ -62,6 +62,7 @@ class Lifecycle:
     engine: Engine
     admin: Kube
     planned: dict[str, str] = field(default_factory=dict)  # gpuctl's last preview: URN -> operation
+    kept: int = 0  # ... and how many resources the stack holds after it
 
     @property
     def stack_file(self) -> Path:
@@ -96,6 +97,7 @@ class Lifecycle:
         code, ours, _ = self.gpuctl(base)
         assert code == 0, f"{what}: gpuctl preview exited {code}: {ours.get('policies')}"
         self.planned = {step["urn"]: step["op"] for step in ours["steps"]}
+        self.kept = sum(count for op, count in ours["changeSummary"].items() if op != "delete")
         mine = changes(self.planned)
         theirs = changes(engine_steps(self.engine.preview()))
         assert set(mine) == set(theirs), (what, sorted(set(mine) - set(theirs)), sorted(set(theirs) - set(mine)))
@@ -104,11 +106,13 @@ class Lifecycle:
         return theirs
 
     def deployed(self, what: str) -> None:
-        """After `up`: the stack's resources are those gpuctl's preview listed (bar deletions), and nothing is left to
-        change."""
-        urns = {r["urn"] for r in self.engine.export()["deployment"].get("resources", [])}
-        kept = {urn for urn, op in self.planned.items() if op != "delete"}
-        assert {urn for urn in urns if urn.split("::")[2].split("$")[-1] not in ENGINE_ONLY} == kept, what
+        """After `up`: the stack holds what gpuctl's preview said it would (each resource it creates or changes,
+        none it deletes, as many as it counted), and nothing is left to change."""
+        urns = {r["urn"] for r in self.engine.export()["deployment"].get("resources", [])
+                if r["urn"].split("::")[2].split("$")[-1] not in ENGINE_ONLY}
+        assert {urn for urn, op in self.planned.items() if op != "delete"} <= urns, what
+        assert not {urn for urn, op in self.planned.items() if op == "delete"} & urns, what
+        assert len(urns) == self.kept, what
         assert changes(engine_steps(self.engine.preview(expect_no_changes=True))) == {}, what
 
     def change(self, what: str, edit: Edit) -> dict[str, str]:

@@ -236,7 +236,9 @@ def test_driver_names_are_short_dns_labels(plan: Plan) -> None:
 
 def test_toggling_precompiled_replaces_the_driver_rather_than_an_update_the_api_server_refuses() -> None:
     # The NVIDIADriver CRD makes usePrecompiled and driverType immutable (e2e/test_stacks.py shows the API server's
-    # refusal): the program asks for a replace, deleting first since the new object has the same name.
+    # refusal): the program asks for a replace, deleting first since the old and the new select the same nodes. The
+    # new one has a name of its own: under the old name, the engine's preview (a server-side dry run of the new
+    # object) met the old object and failed on the immutable field (e2e/test_engine_lifecycle.py).
     base = render_stack("staging").document
     config = stack_config("staging")
     config["gpu-platform:driver"]["precompiled"] = False
@@ -245,3 +247,5 @@ def test_toggling_precompiled_replaces_the_driver_rather_than_an_update_the_api_
     assert step.op == "replace"
     assert step.resource["options"]["deleteBeforeReplace"] is True
     assert {"spec.usePrecompiled", "spec.driverType"} <= set(step.resource["options"]["replaceOnChanges"])
+    old_name, new_name = step.old["inputs"]["metadata"]["name"], step.resource["inputs"]["metadata"]["name"]
+    assert new_name == f"{old_name}-built"
