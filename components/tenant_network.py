@@ -81,6 +81,7 @@ class TenantNetworkArgs:
     mode: str = "bridge"
     resource_name: str | None = None
     vlan: int | None = None
+    protect: bool = True  # while the tenant and the network are not retired
 
     def cni_config(self) -> str:
         config: dict[str, object] = {"cniVersion": CNI_VERSION, "name": self.name, "type": self.type}
@@ -102,7 +103,8 @@ class TenantNetwork(pulumi.ComponentResource):
             f"{name}-attachment", api_version="k8s.cni.cncf.io/v1", kind="NetworkAttachmentDefinition",
             metadata=metadata(args.name, args.namespace, extra_labels={labels.TENANT_LABEL: args.namespace},
                               annotations=annotations),
-            spec={"config": args.cni_config()}, opts=child_options(self, opts))
+            spec={"config": args.cni_config()},
+            opts=pulumi.ResourceOptions.merge(child_options(self, opts), pulumi.ResourceOptions(protect=args.protect)))
         self.register_outputs({"network": f"{args.namespace}/{args.name}"})
 
 

@@ -72,7 +72,7 @@ class TenantQuotaArgs:
     scrapers: tuple[str, ...] = ()  # namespaces whose Prometheus may reach the tenant's pods
     pod_security: str = "baseline"
     role: str = labels.TENANT_ROLE
-    protect: bool = True  # the engine refuses to delete a protected namespace: removal takes `retired: true` first
+    protect: bool = True  # the engine refuses to delete protected resources: removal takes `retired: true` first
     gpu_quota: bool = True  # a hard cap on GPUs; tenancy mode `queue` leaves it out (the tenant's queue governs)
 
 
@@ -112,6 +112,11 @@ class TenantQuota(pulumi.ComponentResource):
             "pod-security.kubernetes.io/warn": "restricted",
         }), opts=pulumi.ResourceOptions.merge(child_options(self, opts), pulumi.ResourceOptions(protect=args.protect)))
         child = child_options(self, opts, namespace)
+        # Removing a tenant in one change must stop the engine before it deletes anything of the tenant's: it
+        # deletes dependents first, so what nothing depends on (limits, fence, binding) is protected with the
+        # namespace, and the quotas, which come and go with the tenancy mode and priority tier, stay behind the
+        # binding that depends on them.
+        kept = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=args.protect))
         quotas = [k8s.core.v1.ResourceQuota(
             f"{name}-gpu-quota", metadata=quota_metadata("gpu-quota", args.name),
             spec={"hard": {labels.GPU_QUOTA_KEY: str(args.gpus)}}, opts=child)] if args.gpu_quota else []
@@ -137,7 +142,7 @@ class TenantQuota(pulumi.ComponentResource):
             "default": {"cpu": "1", "memory": "2Gi"},
             "defaultRequest": {"cpu": "250m", "memory": "512Mi"},
             "max": {"cpu": args.cpu, "memory": args.memory},
-        }]}, opts=child)
+        }]}, opts=kept)
         # Ingress only from the namespace and the monitoring namespaces; egress anywhere but the instance metadata
         # service (policies add up, and tenants may not add one, so nothing reopens either).
         k8s.networking.v1.NetworkPolicy(f"{name}-fence", metadata=metadata("tenant-fence", args.name), spec={
@@ -153,10 +158,10 @@ class TenantQuota(pulumi.ComponentResource):
                 *({"ipBlock": {"cidr": cidr, "except": [metadata_service]}}
                   for cidr, metadata_service in labels.METADATA_SERVICE_CIDRS.items()),
             ]}],
-        }, opts=child)
+        }, opts=kept)
         # Members get in only once every quota is enforced (see quota_metadata).
         k8s.rbac.v1.RoleBinding(f"{name}-members", metadata=metadata(f"{args.name}-members", args.name), subjects=[
             {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": args.group}],
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": args.role},
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=quotas)))
+            opts=pulumi.ResourceOptions.merge(kept, pulumi.ResourceOptions(depends_on=quotas)))
         self.register_outputs({"namespace": self.namespace, "gpus": self.gpus})

@@ -105,6 +105,11 @@ class Lifecycle:
         assert theirs, f"{what}: the previews plan no change"
         return theirs
 
+    def resources(self) -> dict[str, Any]:
+        """URN -> inputs and outputs of each resource the engine holds (the root stack's outputs aside)."""
+        return {r["urn"]: (r.get("inputs"), r.get("outputs")) for r in self.engine.export()["deployment"].get(
+            "resources", []) if r["urn"].split("::")[2].split("$")[-1] not in ENGINE_ONLY}
+
     def deployed(self, what: str) -> None:
         """After `up`: the stack holds what gpuctl's preview said it would (each resource it creates or changes,
         none it deletes, as many as it counted), and nothing is left to change."""
@@ -126,13 +131,15 @@ class Lifecycle:
 
     def refused(self, what: str, edit: Edit, reason: str) -> None:
         """A change the engine must refuse before it changes anything, as gpuctl's preview says it will."""
-        before = self.engine.export()["deployment"].get("resources")
+        before = self.resources()
         self.edit(edit)
         code, ours, _ = self.gpuctl()
         assert code == 1, f"{what}: gpuctl preview exited {code}, not 1 (refused)"
         result = self.engine.up(policy_pack=ROOT / "policy", check=False)
         assert result.returncode != 0 and reason in result.stdout + result.stderr, (what, result.stdout[-2000:])
-        assert self.engine.export()["deployment"].get("resources") == before, f"{what}: the engine changed the stack's state"
+        after = self.resources()
+        changed = sorted(urn for urn in set(before) | set(after) if before.get(urn) != after.get(urn))
+        assert changed == [], f"{what}: the engine changed these resources: {changed}"
         self.git("checkout", "--", self.stack_file.name)
         assert changes(engine_steps(self.engine.preview(expect_no_changes=True))) == {}, what
 
@@ -217,8 +224,9 @@ def driver(branch: str, version: str | None = None, precompiled: bool | None = N
     return edit
 
 
-# The changes of each stack, in order: what the user means, and the edit. The kernel, sharing and rename changes
-# name what the stack has; a user's pull-secret rotation is `pulumi config set --secret` (not an edit).
+# The changes of each stack, in order: what the user means, and the edit. The kernel and sharing changes name what
+# the stack has. A pull-secret rotation is `pulumi config set --secret` (not an edit); renaming the cluster and
+# removing a tenant in one change are refused (see the test).
 CHANGES: dict[str, list[tuple[str, Edit]]] = {
     "dev": [
         ("an OpenShift release and its kernel", lambda c: c[f"{PROJECT}:cluster"].update(
@@ -229,7 +237,6 @@ CHANGES: dict[str, list[tuple[str, Edit]]] = {
         ("a tenant added", add_tenant(name="speech", gpus=2, priorityClass="gpu-low", group="speech-team")),
         ("a tenant's quota changed", tenant_field("vision", "gpus", 5)),
         ("time-slicing changed", pool_field("t4-inference", "timeSlicingReplicas", 2)),
-        ("the cluster renamed", set_("cluster.name", "dev-ocp-b")),
     ],
     "onprem": [
         ("a pool's kernel upgraded", pool_field("dgx-a100", "kernel", "5.15.0-130-generic")),
@@ -239,7 +246,6 @@ CHANGES: dict[str, list[tuple[str, Edit]]] = {
         ("a tenant added", add_tenant(name="speech", gpus=2, priorityClass="gpu-low", group="speech-team")),
         ("a tenant's quota changed", tenant_field("inference", "gpus", 20)),
         ("time-slicing changed", pool_field("l40s-inference", "timeSlicingReplicas", 4)),
-        ("the cluster renamed", set_("cluster.name", "onprem-lab")),
     ],
 }
 
@@ -276,6 +282,9 @@ def test_a_stack_lives_and_dies_under_the_engine_as_gpuctl_previews_it(lifecycle
     victim = yaml.safe_load(first)["config"][f"{PROJECT}:tenants"][0]["name"]
     life.refused("a tenant removed in one change", drop_tenant(victim), "protect")
     life.refused("a policy violation", tenant_field(victim, "gpus", 9999), "gpu-quota-within-capacity")
+    # The cluster's name identifies it to the Kubernetes provider: another name is another cluster, so every object
+    # would be replaced there, the protected tenant namespaces among them.
+    life.refused("the cluster renamed", set_("cluster.name", f"{life.stack}-renamed"), "protect")
     life.change("a tenant retired", tenant_field(victim, "retired", True))
     life.change("a retired tenant removed", drop_tenant(victim))
 

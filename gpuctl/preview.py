@@ -254,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
     if refused:
         names = ", ".join(step.resource["name"] for step in refused)
         print(f"refused: pulumi up would stop at {len(refused)} protected resource(s) this change deletes or "
-              f"replaces ({names}); mark the pool or tenant `retired: true` first and remove it in a later change",
+              f"replaces ({names}); mark the pool, tenant or tenant network `retired: true` first and remove it in a later change",
               file=sys.stderr)
     return outcome
 

@@ -536,6 +536,9 @@ def _destructive(diff: PlanDiff, pools: list[PoolChange], tenants: list[TenantCh
                                      f"{pool.before.gpus - pool.after.gpus} GPUs"))
     removed_kernels = {kernel.key: kernel for kernel in kernels}
     refused = {id(step) for step in refused_by_the_engine(diff)}
+    # A removed tenant's protected objects (limits, fence, binding, networks) show on its namespace's line.
+    refused_namespaces = {step.resource["inputs"]["metadata"]["name"] for step in diff.steps
+                          if id(step) in refused and step.resource["type"] == NAMESPACE}
     for step in diff.steps:
         if step.op not in ("delete", "replace"):
             continue
@@ -543,6 +546,8 @@ def _destructive(diff: PlanDiff, pools: list[PoolChange], tenants: list[TenantCh
         engine = PROTECTED if id(step) in refused else ""
         if engine and resource["parent"] in folded:
             folded[resource["parent"]] = engine
+            continue
+        if engine and (resource["inputs"].get("metadata") or {}).get("namespace") in refused_namespaces:
             continue
         if resource["type"] == NAMESPACE:
             name = resource["inputs"]["metadata"]["name"]

@@ -581,6 +581,7 @@ class TenantNetworkConfig(StrictModel):
                                       description="sriov: the device plugin resource of the VFs")
     vlan: Int | None = Field(default=None, ge=0, le=4094)
     ipam: IpamConfig
+    retired: StrictBool = Field(default=False, description="unprotect the attachment so a later change may remove it")
 
     @model_validator(mode="after")
     def _check(self) -> TenantNetworkConfig:

@@ -60,4 +60,5 @@ def tenant_network_args(tenant: TenantConfig, network: TenantNetworkConfig) -> T
     ipam = network.ipam
     return TenantNetworkArgs(
         namespace=tenant.name, name=network.name, type=network.type, ipam=Ipam(ipam.type, ipam.range, ipam.gateway),
-        master=network.master, mode=network.mode, resource_name=network.resource_name, vlan=network.vlan)
+        master=network.master, mode=network.mode, resource_name=network.resource_name, vlan=network.vlan,
+        protect=not (tenant.retired or network.retired))

@@ -155,3 +155,17 @@ def test_efa_variant_passes_admission_and_the_pack(prod_plan: Plan) -> None:
                              "type": "kubernetes:batch/v1:Job", "name": "llm-train", "custom": True,
                              "parent": None, "dependencies": [], "inputs": job, "options": {}})
     assert check_plan(doc) == []
+
+
+@pytest.mark.parametrize(("tenant_retired", "network_retired", "protected"), [
+    (False, False, True), (True, False, False), (False, True, False)])
+def test_an_attachment_is_protected_until_its_tenant_or_itself_is_retired(tenant_retired: bool, network_retired: bool,
+                                                                         protected: bool) -> None:
+    # Removing a tenant in one change would otherwise lose its attachments before the engine stops at the namespace.
+    config = stack_config("onprem")
+    vision = next(t for t in config["gpu-platform:tenants"] if t["name"] == "vision")
+    vision["retired"] = tenant_retired
+    vision["networks"][0]["retired"] = network_retired
+    [attachment] = [r for r in render_stack("onprem", config).resources
+                    if r["type"].endswith(":NetworkAttachmentDefinition")]
+    assert attachment["options"].get("protect", False) is protected

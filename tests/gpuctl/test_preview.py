@@ -119,8 +119,9 @@ def test_a_kernel_leaving_the_config_keeps_its_driver_and_says_so(edit_prod):
 
 
 def test_a_step_the_engine_refuses_fails_the_preview(edit_prod):
-    """Removing a tenant in one edit deletes its protected namespace: `pulumi up` would stop there, so the pull
-    request check fails too, after the report, with the reason and the fix."""
+    """Removing a tenant in one edit deletes its protected namespace, limits, fence and binding: `pulumi up` stops
+    there before it deletes anything of the tenant's, so the pull request check fails too, after the report, with the
+    reason and the fix."""
     tenant = """    - name: analytics
       gpus: 8
       priorityClass: gpu-low
@@ -130,8 +131,10 @@ def test_a_step_the_engine_refuses_fails_the_preview(edit_prod):
     result = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline")
     assert result.returncode == 1
     assert "refuses this: the resource is protected" in result.stdout
-    assert result.stderr.startswith("refused: pulumi up would stop at 1 protected resource(s)")
-    assert "tenant-analytics-namespace" in result.stderr and "retired: true" in result.stderr
+    assert result.stderr.startswith("refused: pulumi up would stop at 4 protected resource(s)")
+    for kept in ("namespace", "limits", "fence", "members"):
+        assert f"tenant-analytics-{kept}" in result.stderr
+    assert "retired: true" in result.stderr
 
 
 def test_without_changes_nothing_changes(repo):
