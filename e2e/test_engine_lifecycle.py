@@ -91,7 +91,7 @@ class Lifecycle:
         assert result.returncode in (0, 1) and result.stdout, result.stderr
         return result.returncode, json.loads(result.stdout), result.stderr
 
-    def compare(self, what: str, base: bool = True) -> dict[str, str]:
+    def compare(self, what: str, base: bool = True, steps_expected: bool = True) -> dict[str, str]:
         """gpuctl's and the engine's preview of the working tree against what is deployed: the same URNs change, each
         by the same operation (the engine's report leaves out the resources that stay the same). Returns them."""
         code, ours, _ = self.gpuctl(base)
@@ -102,13 +102,15 @@ class Lifecycle:
         theirs = changes(engine_steps(self.engine.preview()))
         assert set(mine) == set(theirs), (what, sorted(set(mine) - set(theirs)), sorted(set(theirs) - set(mine)))
         assert {urn: (op, theirs[urn]) for urn, op in mine.items() if theirs[urn] != op} == {}, what
-        assert theirs, f"{what}: the previews plan no change"
+        assert bool(theirs) == steps_expected, f"{what}: the previews plan {theirs or 'no change'}"
         return theirs
 
     def resources(self) -> dict[str, Any]:
-        """URN -> inputs and outputs of each resource the engine holds (the root stack's outputs aside)."""
-        return {r["urn"]: (r.get("inputs"), r.get("outputs")) for r in self.engine.export()["deployment"].get(
-            "resources", []) if r["urn"].split("::")[2].split("$")[-1] not in ENGINE_ONLY}
+        """URN -> inputs and outputs of each custom resource the engine holds (what it changes on the cluster;
+        secrets decrypted, since each write encrypts them afresh)."""
+        state = json.loads(self.engine.run("stack", "export", "--show-secrets").stdout)
+        return {r["urn"]: (r.get("inputs"), r.get("outputs")) for r in state["deployment"].get("resources", [])
+                if r.get("custom") and not r["type"].startswith("pulumi:providers:")}
 
     def deployed(self, what: str) -> None:
         """After `up`: the stack holds what gpuctl's preview said it would (each resource it creates or changes,
@@ -120,10 +122,11 @@ class Lifecycle:
         assert len(urns) == self.kept, what
         assert changes(engine_steps(self.engine.preview(expect_no_changes=True))) == {}, what
 
-    def change(self, what: str, edit: Edit) -> dict[str, str]:
-        """A change as a user makes it: edit, both previews agree, `up`, then nothing left to change."""
+    def change(self, what: str, edit: Edit, steps_expected: bool = True) -> dict[str, str]:
+        """A change as a user makes it: edit, both previews agree, `up`, then nothing left to change. (A change of
+        `protect` alone is no step in either preview; `up` records it.)"""
         self.edit(edit)
-        planned = self.compare(what)
+        planned = self.compare(what, steps_expected=steps_expected)
         self.engine.up(policy_pack=ROOT / "policy")
         self.commit(what)
         self.deployed(what)
@@ -135,7 +138,8 @@ class Lifecycle:
         self.edit(edit)
         code, ours, _ = self.gpuctl()
         assert code == 1, f"{what}: gpuctl preview exited {code}, not 1 (refused)"
-        result = self.engine.up(policy_pack=ROOT / "policy", check=False)
+        # `pulumi up` as the deploy workflow runs it: its own preview first, where stack policies run too.
+        result = self.engine.run("up", "--yes", "--policy-pack", str(ROOT / "policy"), timeout=600, check=False)
         assert result.returncode != 0 and reason in result.stdout + result.stderr, (what, result.stdout[-2000:])
         after = self.resources()
         changed = sorted(urn for urn in set(before) | set(after) if before.get(urn) != after.get(urn))
@@ -282,19 +286,39 @@ def test_a_stack_lives_and_dies_under_the_engine_as_gpuctl_previews_it(lifecycle
     victim = yaml.safe_load(first)["config"][f"{PROJECT}:tenants"][0]["name"]
     life.refused("a tenant removed in one change", drop_tenant(victim), "protect")
     life.refused("a policy violation", tenant_field(victim, "gpus", 9999), "gpu-quota-within-capacity")
+    # Why the deploy workflow previews with the pack before `up`: without that preview, stack policies run only
+    # after the update, so the violating quota is applied, and then the update fails.
+    before = life.resources()
+    life.edit(tenant_field(victim, "gpus", 9999))
+    result = engine.up(policy_pack=ROOT / "policy", check=False)
+    assert result.returncode != 0 and "gpu-quota-within-capacity" in result.stdout
+    assert [urn for urn in life.resources() if life.resources()[urn] != before.get(urn)], \
+        "the engine now runs stack policies before an update: the workflow's extra preview can go"
+    life.git("checkout", "--", life.stack_file.name)
+    engine.up(policy_pack=ROOT / "policy")
+    assert {urn: inputs for urn, (inputs, _) in life.resources().items()} == \
+        {urn: inputs for urn, (inputs, _) in before.items()}
     # The cluster's name identifies it to the Kubernetes provider: another name is another cluster, so every object
     # would be replaced there, the protected tenant namespaces among them.
     life.refused("the cluster renamed", set_("cluster.name", f"{life.stack}-renamed"), "protect")
-    life.change("a tenant retired", tenant_field(victim, "retired", True))
+    life.change("a tenant retired", tenant_field(victim, "retired", True), steps_expected=False)
+    state = life.engine.export()["deployment"]["resources"]
+    assert not [r["urn"] for r in state if r.get("protect") and f"tenant-{victim}-" in r["urn"]]
     life.change("a retired tenant removed", drop_tenant(victim))
 
-    # destroy: refused while tenant namespaces are protected; the documented way retires them first.
+    # destroy removes everything but what is protected, the tenants (docs/deploying.md), and says so; the
+    # documented way then removes those too.
     refused = engine.run("destroy", "--yes", "--skip-preview", timeout=600, check=False)
     assert refused.returncode != 0 and "protect" in refused.stdout + refused.stderr
-    def retire_all(config: dict[str, Any]) -> None:
-        for entry in config[f"{PROJECT}:tenants"]:
-            entry["retired"] = True
-    life.change("every tenant retired", retire_all)
+    state = engine.export()["deployment"]["resources"]
+    kept = {r["urn"] for r in state if r.get("custom") and not r["type"].startswith("pulumi:providers:")}
+    protected = {r["urn"] for r in state if r.get("protect")}
+    assert protected and protected <= kept
+    needed, edges = set(protected), {r["urn"]: set(r.get("dependencies", [])) for r in state}
+    while frontier := {dep for urn in needed for dep in edges.get(urn, ())} - needed:
+        needed |= frontier  # what the protected resources depend on stays with them (admission, priority classes)
+    assert kept <= needed, sorted(kept - needed)
+    engine.run("state", "unprotect", "--all", "--yes")
     engine.destroy()
     assert engine.export()["deployment"].get("resources", []) == []
     assert managed_objects(life.admin, kinds) == []
