@@ -15,12 +15,14 @@ import hashlib
 import io
 import tarfile
 import threading
+from datetime import datetime, timezone
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import yaml
 from kubernetes.dynamic.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from components import labels
 from e2e.kube import Kube
@@ -97,17 +99,18 @@ class StandInOlm:
         while not self.stopped.wait(self.interval):
             try:
                 self.resolve()
-            except ApiException:
-                continue  # a Subscription deleted between the list and the patch: the next round sees it gone
+            except (ApiException, HTTPError):
+                continue  # deleted between the list and the patch, or the cluster stopping: the next round tells
 
     def resolve(self) -> None:
         subscriptions = self.kube.resource("operators.coreos.com/v1alpha1", "Subscription")
         for sub in subscriptions.get().to_dict()["items"]:
             csv = sub["spec"].get("startingCSV")
             if csv and sub.get("status", {}).get("currentCSV") != csv:
-                subscriptions.status.patch(
+                now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+                subscriptions.status.patch(  # lastUpdated: the one field the CRD requires of a status
                     name=sub["metadata"]["name"], namespace=sub["metadata"]["namespace"],
-                    body={"status": {"currentCSV": csv, "state": "UpgradePending"}},
+                    body={"status": {"currentCSV": csv, "state": "UpgradePending", "lastUpdated": now}},
                     content_type="application/merge-patch+json")
 
     def close(self) -> None:

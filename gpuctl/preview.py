@@ -215,12 +215,36 @@ def refuse_kernel_without_image(old: dict[str, Any], new: dict[str, Any]) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
-    output_format = output_format_of(args)
-    observed = observed_nodes(args.observed_nodes)
     if args.base is not None and not args.base.strip():  # an unset CI variable: not "diff against nothing"
         raise ConfigError("--base: empty; pass a branch, tag or commit, or leave --base out to preview a new "
                           "deployment")
     head = stack_file(args)
+    with tempfile.TemporaryDirectory(prefix="gpuctl-nodes-") as scratch:
+        if args.base and not args.offline and args.observed_nodes is None:
+            args.observed_nodes = _live_nodes(head, Path(scratch) / "nodes.json")
+        return _preview(args, head)
+
+
+def _live_nodes(head: StackFile, path: Path) -> str | None:
+    """The cluster's GPU nodes read once, into `path`, when the stack reads them live: the base then renders with
+    the nodes the head sees (which kernels' drivers it kept), as the engine's state holds them."""
+    try:
+        config = parse_stack_config({key.removeprefix(f"{PROJECT}:"): value for key, value in head.config.items()
+                                     if key.startswith(f"{PROJECT}:")})
+    except ConfigError:
+        return None  # the head render names what is wrong
+    if not config.cluster.discovery.enabled:
+        return None
+    from stacks.discovery import read_live_node_list  # the Kubernetes client loads only for commands that read
+
+    document, _ = read_live_node_list(config.cluster.discovery)
+    path.write_text(json.dumps(document))
+    return str(path)
+
+
+def _preview(args: argparse.Namespace, head: StackFile) -> int:
+    output_format = output_format_of(args)
+    observed = observed_nodes(args.observed_nodes)
     # One key for both renders, this run only: a secret that changed shows a changed fingerprint, and the
     # fingerprint says nothing about the value outside this run.
     with fingerprinted_secrets():
