@@ -156,7 +156,12 @@ def engine_steps(report: dict[str, Any]) -> dict[str, str]:
     return {urn: op for urn, op in steps(report).items() if urn.split("::")[2].split("$")[-1] not in ENGINE_ONLY}
 
 
-@pytest.fixture(params=["dev", "onprem"])
+# dev runs to the known gap of docs/e2e.md: after precompiled drivers were on, gpuctl's preview of the next change
+# (a tenant added) also updates the driver kept for the kernel nodes still run, which the engine leaves alone.
+DEV_GAP = "gpuctl plans a change to the kept per-kernel driver that the engine does not (docs/e2e.md, known gaps)"
+
+
+@pytest.fixture(params=["onprem", pytest.param("dev", marks=pytest.mark.xfail(reason=DEV_GAP, strict=True))])
 def lifecycle(request, tmp_path: Path) -> Iterator[Lifecycle]:
     missing = missing_tools()
     if missing:
