@@ -21,7 +21,7 @@ from gpuctl.render import render_plan, stream_plan
 from gpuctl.runtime import fingerprinted_secrets
 from gpuctl.stackfile import StackFile, load_stack_file, stack_file_path
 from fleet.kernels import KernelTarget, ObservedNode
-from stacks.config import PROJECT, ConfigError, parse_stack_config
+from stacks.config import ConfigError, config_from_stack_file
 from stacks.preflight import PreflightError, RegistryUnreachable, check_driver_images
 
 
@@ -111,8 +111,7 @@ def _declared_kernels(tree: Path, stack: str, observed: list[ObservedNode] | Non
     with this revision's code; None when this code cannot read that stack file."""
     try:
         values = load_stack_file(stack_file_path(tree, stack), stack).config
-        config = parse_stack_config({key.removeprefix(f"{PROJECT}:"): value for key, value in values.items()
-                                     if key.startswith(f"{PROJECT}:")})
+        config = config_from_stack_file(values)
     except ConfigError:
         return None
     return sorted(config.declared_kernels | {node.target for node in observed or ()})
@@ -229,8 +228,7 @@ def _live_nodes(head: StackFile, path: Path) -> str | None:
     """The cluster's GPU nodes read once, into `path`, when the stack reads them live: the base then renders with
     the nodes the head sees (which kernels' drivers it kept), as the engine's state holds them."""
     try:
-        config = parse_stack_config({key.removeprefix(f"{PROJECT}:"): value for key, value in head.config.items()
-                                     if key.startswith(f"{PROJECT}:")})
+        config = config_from_stack_file(head.config)
     except ConfigError:
         return None  # the head render names what is wrong
     if not config.cluster.discovery.enabled:
@@ -255,7 +253,7 @@ def _preview(args: argparse.Namespace, head: StackFile) -> int:
     refuse_kernel_without_image(old, new)
     checked, statuses, missing = preflight_images(new, args.offline)
     changes = plan_diff.diff_plans(old, new)
-    plan_diff.refuse_driver_removal(changes, observed or [])
+    plan_diff.refuse_driver_removal(changes, new, observed or [])
     policy_config = check.read_policy_config(args.policy_config)
     violations = check.check_plan(new, policy_config)
     refused = plan_diff.refused_by_the_engine(changes)

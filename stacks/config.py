@@ -6,6 +6,7 @@ import difflib
 import ipaddress
 import json
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import pulumi
@@ -1083,6 +1084,14 @@ def load_stack_config() -> StackConfig:
         # A secret stays the text the user set (a JSON document is not decoded, so no error can echo it).
         values[key] = value if key in SECRET_KEYS else _decode(value)
     return parse_stack_config(values)
+
+
+def config_from_stack_file(values: Mapping[str, Any]) -> StackConfig:
+    """A stack file's `config:` mapping (full keys) validated as the program reads it under the engine, where
+    `pulumi config set preflight false` arrives as the text "false"."""
+    prefix = f"{PROJECT}:"
+    return parse_stack_config({key.removeprefix(prefix): value if key.removeprefix(prefix) in SECRET_KEYS
+                               else _decode(value) for key, value in values.items() if key.startswith(prefix)})
 
 
 def _decode(value: Any) -> Any:

@@ -8,8 +8,8 @@ from typing import Any, get_args
 import pytest
 
 from fleet.kernels import KernelTarget
-from stacks.config import ConfigError, StackConfig, parse_stack_config
-from tests.conftest import config_values
+from stacks.config import ConfigError, StackConfig, config_from_stack_file, parse_stack_config
+from tests.conftest import config_values, stack_config
 
 Values = dict[str, Any]
 
@@ -1156,3 +1156,13 @@ def test_a_chart_mirror_is_for_kubernetes_and_never_shows_its_credentials() -> N
     message = config_error(lambda v: v.update(charts={"mirror": "https://robot:s3cr3t@charts.example.com"}), "prod")
     assert message.startswith("gpu-platform:charts.mirror:") and "s3cr3t" not in message and "robot" not in message
     assert "oci://" in message  # the fix: the forms it takes
+
+
+def test_a_stack_file_reads_as_the_engine_hands_it_to_the_program() -> None:
+    # `pulumi config set preflight false` writes the text 'false'; the program reads it as false, and so must the
+    # preview's reading of a stack file (it used to refuse it, and the preview rendered its base without live nodes).
+    values = dict(stack_config("onprem"))
+    values["gpu-platform:preflight"] = "false"
+    values["gpu-platform:registryPullSecret"] = '{"auths": {"nvcr.io": {"auth": "dXNlcjpwYXNz"}}}'
+    config = config_from_stack_file({**values, "aws:region": "us-east-1"})
+    assert config.preflight is False and config.registry_pull_secret is not None
