@@ -263,16 +263,17 @@ def refused_by_the_engine(diff: PlanDiff) -> list[Step]:
             and (step.old or step.resource).get("options", {}).get("protect")]
 
 
-def refuse_driver_removal(diff: PlanDiff, observed: list[ObservedNode]) -> None:
+def refuse_driver_removal(diff: PlanDiff, new: dict[str, Any], observed: list[ObservedNode]) -> None:
     """Refuse a change that deletes the driver of a kernel (or, keyed by OS release, of an OS release) some node
-    still runs, naming those nodes."""
+    still runs and no driver of the new plan serves, naming those nodes. (Toggling precompiled drivers on OpenShift
+    trades a release's driver for its kernels' drivers, or back: the nodes keep one, and the engine goes ahead.)"""
+    serving = [_driver_scope(r) for r in new.get("resources", []) if r["type"] == NVIDIA_DRIVER]
     for step in diff.steps:
-        annotations = step.resource["inputs"].get("metadata", {}).get("annotations", {})
-        if step.op != "delete" or step.resource["type"] != NVIDIA_DRIVER or labels.OS_ANNOTATION not in annotations:
+        if step.op != "delete" or step.resource["type"] != NVIDIA_DRIVER or _driver_scope(step.resource) is None:
             continue
-        node_os, kernel = annotations[labels.OS_ANNOTATION], annotations.get(labels.KERNEL_ANNOTATION)
-        nodes = [node.name for node in observed
-                 if node.target.os == node_os and (kernel is None or node.target.kernel == kernel)]
+        node_os, kernel = _driver_scope(step.resource)
+        nodes = [node.name for node in observed if _serves((node_os, kernel), node)
+                 and not any(scope and _serves(scope, node) for scope in serving)]
         if nodes:
             fix = ("let the Machine Config Operator finish rolling those nodes to the new release first"
                    if node_os in NODE_OSES and NODE_OSES[node_os].openshift
@@ -283,12 +284,24 @@ def refuse_driver_removal(diff: PlanDiff, observed: list[ObservedNode]) -> None:
                 f"which nodes still run: {', '.join(sorted(nodes))}; {fix}")
 
 
+def _driver_scope(driver: dict[str, Any]) -> tuple[str, str | None] | None:
+    """The OS release and kernel (None: every kernel of it) whose nodes an NVIDIADriver of the program serves."""
+    annotations = driver["inputs"].get("metadata", {}).get("annotations", {})
+    if labels.OS_ANNOTATION not in annotations:
+        return None
+    return annotations[labels.OS_ANNOTATION], annotations.get(labels.KERNEL_ANNOTATION)
+
+
+def _serves(scope: tuple[str, str | None], node: ObservedNode) -> bool:
+    return node.target.os == scope[0] and scope[1] in (None, node.target.kernel)
+
+
 def run(args: argparse.Namespace) -> int:
     from gpuctl import report, summary
 
     old, new = load_plan(args.old), load_plan(args.new)
     diff = diff_plans(old, new)
-    refuse_driver_removal(diff, observed_nodes(args.observed_nodes) or [])
+    refuse_driver_removal(diff, new, observed_nodes(args.observed_nodes) or [])
     review = report.Review(new.get("stack", ""), str(args.old), diff,
                            summary.summarize(old, new, diff, offline=args.observed_nodes is None), command="diff")
     output_format = output_format_of(args)

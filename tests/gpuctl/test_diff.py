@@ -120,15 +120,17 @@ def test_refuses_to_delete_a_driver_that_nodes_still_run(render, prod_plan):
     for entry in config["gpu-platform:nodePools"]:
         if entry["kernel"] == old:
             entry["kernel"] = "6.8.0-1024-aws"
-    diff = diff_plans(prod_plan.document, render("prod", config).document)
+    new = render("prod", config).document
+    diff = diff_plans(prod_plan.document, new)
     assert [step.resource["type"] for step in diff.steps if step.op == "delete"] == [
         "kubernetes:nvidia.com/v1alpha1:NVIDIADriver"]
-    refuse_driver_removal(diff, [])
-    refuse_driver_removal(diff, [ObservedNode("gpu-x", KernelTarget("ubuntu22.04", "6.8.0-1024-aws")),
+    refuse_driver_removal(diff, new, [])
+    refuse_driver_removal(diff, new, [ObservedNode("gpu-x", KernelTarget("ubuntu22.04", "6.8.0-1024-aws")),
                                  ObservedNode("gpu-y", KernelTarget("rhcos4.18", old))])
     with pytest.raises(ConfigError, match=r"refused: .*nvidia-driver-ubuntu22-04-6-8-0-1019-aws.*nodes still run: "
                                           r"gpu-a, gpu-b; roll those nodes"):
-        refuse_driver_removal(diff, [ObservedNode(name, KernelTarget("ubuntu22.04", old)) for name in ("gpu-b", "gpu-a")])
+        refuse_driver_removal(diff, new, [ObservedNode(name, KernelTarget("ubuntu22.04", old))
+                                          for name in ("gpu-b", "gpu-a")])
 
 
 def test_refuses_to_delete_an_openshift_releases_driver_while_nodes_run_that_release(render, dev_plan):
@@ -136,11 +138,27 @@ def test_refuses_to_delete_an_openshift_releases_driver_while_nodes_run_that_rel
     config = stack_config("dev")
     config["gpu-platform:cluster"].update(release="4.19.10", kernel="5.14.0-570.28.1.el9_6.x86_64",
                                           nfdOperatorCsv="nfd.4.19.0-202509240837")
-    diff = diff_plans(dev_plan.document, render("dev", config).document)
-    refuse_driver_removal(diff, [ObservedNode("gpu-x", KernelTarget("rhcos4.19", "5.14.0-570.28.1.el9_6.x86_64"))])
+    new = render("dev", config).document
+    diff = diff_plans(dev_plan.document, new)
+    refuse_driver_removal(diff, new, [ObservedNode("gpu-x", KernelTarget("rhcos4.19", "5.14.0-570.28.1.el9_6.x86_64"))])
     with pytest.raises(ConfigError, match=r"refused: .*nvidia-driver-rhcos4-18 for rhcos4.18 \(every kernel\), "
                                           r"which nodes still run: gpu-a; let the Machine Config Operator"):
-        refuse_driver_removal(diff, [ObservedNode("gpu-a", KernelTarget("rhcos4.18", "5.14.0-427.99.1.el9_4.x86_64"))])
+        refuse_driver_removal(diff, new, [ObservedNode("gpu-a", KernelTarget("rhcos4.18",
+                                                                             "5.14.0-427.99.1.el9_4.x86_64"))])
+
+
+@pytest.mark.parametrize("precompiled", [True, False])
+def test_a_driver_whose_nodes_another_driver_serves_goes(render, dev_plan, precompiled: bool):
+    """On OpenShift, precompiled drivers on trade the release's driver for one per kernel, and off trades them back:
+    every node keeps a driver, and the engine goes ahead (e2e/test_engine_lifecycle.py)."""
+    config = stack_config("dev")
+    config["gpu-platform:driver"] = {"branch": "580", "precompiled": True}
+    per_kernel = render("dev", config).document
+    old, new = (dev_plan.document, per_kernel) if precompiled else (per_kernel, dev_plan.document)
+    diff = diff_plans(old, new)
+    assert [s.op for s in diff.steps if s.resource["type"].endswith(":NVIDIADriver")].count("delete") == 1
+    kernel = dev_plan.outputs["kernels"][0].split("/", 1)[1]
+    refuse_driver_removal(diff, new, [ObservedNode("gpu-a", KernelTarget("rhcos4.18", kernel))])
 
 
 @pytest.fixture(scope="module")
