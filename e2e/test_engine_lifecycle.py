@@ -156,12 +156,7 @@ def engine_steps(report: dict[str, Any]) -> dict[str, str]:
     return {urn: op for urn, op in steps(report).items() if urn.split("::")[2].split("$")[-1] not in ENGINE_ONLY}
 
 
-# dev runs to the known gap of docs/e2e.md: after precompiled drivers were on, gpuctl's preview of the next change
-# (a tenant added) also updates the driver kept for the kernel nodes still run, which the engine leaves alone.
-DEV_GAP = "gpuctl plans a change to the kept per-kernel driver that the engine does not (docs/e2e.md, known gaps)"
-
-
-@pytest.fixture(params=["onprem", pytest.param("dev", marks=pytest.mark.xfail(reason=DEV_GAP, strict=True))])
+@pytest.fixture(params=["dev", "onprem"])
 def lifecycle(request, tmp_path: Path) -> Iterator[Lifecycle]:
     missing = missing_tools()
     if missing:
@@ -242,8 +237,7 @@ CHANGES: dict[str, list[tuple[str, Edit]]] = {
             release="4.18.25", kernel="5.14.0-427.92.1.el9_4.x86_64")),
         ("a driver branch bump", driver("590", "590.44.01")),
         ("precompiled drivers on", driver("590", precompiled=True)),
-        # Precompiled off again is left out: gpuctl refuses to delete the per-kernel driver of a kernel nodes still
-        # run, although the release's driver will cover them; the engine deletes it (docs/e2e.md, known gaps).
+        ("precompiled drivers off", driver("590", "590.44.01", precompiled=False)),
         ("a tenant added", add_tenant(name="speech", gpus=2, priorityClass="gpu-low", group="speech-team")),
         ("a tenant's quota changed", tenant_field("vision", "gpus", 5)),
         ("time-slicing changed", pool_field("t4-inference", "timeSlicingReplicas", 2)),
