@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -48,20 +49,24 @@ def preview(repo: Path, *args: str) -> subprocess.CompletedProcess:
                           text=True)
 
 
-@pytest.fixture
-def edit_prod(repo):
-    """Edit prod's stack file in the working tree (the base stays HEAD's); restored afterwards."""
-    stack = repo / "Pulumi.prod.yaml"
-    original = stack.read_text()
+def stack_editor(repo: Path, stack: str) -> Iterator[Callable[[str, str], Path]]:
+    """Edit a stack file in the working tree (the base stays HEAD's); edits add up, and it is restored afterwards."""
+    path = repo / f"Pulumi.{stack}.yaml"
+    original = path.read_text()
 
     def edit(old: str, new: str) -> Path:
-        text = stack.read_text()  # edits add up
+        text = path.read_text()
         assert old in text
-        stack.write_text(text.replace(old, new, 1))
+        path.write_text(text.replace(old, new, 1))
         return repo
 
     yield edit
-    stack.write_text(original)
+    path.write_text(original)
+
+
+@pytest.fixture
+def edit_prod(repo):
+    yield from stack_editor(repo, "prod")
 
 
 def test_kernel_upgrade_against_head_creates_the_driver_then_updates_the_pool(edit_prod):
@@ -457,18 +462,7 @@ def test_the_comment_for_1200_new_tenants_fits_github(edit_prod, tmp_path):
 
 @pytest.fixture
 def edit_dev(repo):
-    """Edit dev's stack file (OpenShift) in the working tree; restored afterwards."""
-    stack = repo / "Pulumi.dev.yaml"
-    original = stack.read_text()
-
-    def edit(old: str, new: str) -> Path:
-        text = stack.read_text()
-        assert old in text
-        stack.write_text(text.replace(old, new, 1))
-        return repo
-
-    yield edit
-    stack.write_text(original)
+    yield from stack_editor(repo, "dev")
 
 
 def test_an_openshift_release_rolls_when_you_start_the_upgrade_and_an_image_reaches_new_machines(edit_dev):
