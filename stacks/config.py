@@ -1008,6 +1008,13 @@ def _field_at(loc: tuple[Any, ...]) -> FieldInfo | None:
     return field
 
 
+def _keys_of(loc: tuple[Any, ...]) -> list[str]:
+    """Every key the mapping at `loc` (or each item of a list there) takes; none if it is not a config model."""
+    field = _field_at(loc) if loc else None
+    model = StackConfig if not loc else _model_in(field.annotation) if field else None
+    return [info.alias or name for name, info in model.model_fields.items()] if model else []
+
+
 def _shape(loc: tuple[Any, ...]) -> str:
     """The keys an entry at `loc` (or each item of a list there) needs, as " {name, gpus}"; empty if not a mapping."""
     field = _field_at(loc)
@@ -1033,7 +1040,8 @@ def _describe(error: ValidationError) -> str:
         loc = (*loc, *first["ctx"]["loc"])
     elif kind == "extra_forbidden":
         missing = [item["loc"][-1] for item in errors if item["type"] == "missing" and item["loc"][:-1] == loc[:-1]]
-        close = difflib.get_close_matches(str(loc[-1]), [str(name) for name in missing], n=1)
+        close = (difflib.get_close_matches(str(loc[-1]), [str(name) for name in missing], n=1)
+                 or difflib.get_close_matches(str(loc[-1]), _keys_of(loc[:-1]), n=1))
         message = f"unknown key; did you mean {close[0]!r}?" if close else "unknown key; remove it or check its spelling"
     elif kind == "missing":
         message = "is required"

@@ -1166,3 +1166,18 @@ def test_a_stack_file_reads_as_the_engine_hands_it_to_the_program() -> None:
     values["gpu-platform:registryPullSecret"] = '{"auths": {"nvcr.io": {"auth": "dXNlcjpwYXNz"}}}'
     config = config_from_stack_file({**values, "aws:region": "us-east-1"})
     assert config.preflight is False and config.registry_pull_secret is not None
+
+
+@pytest.mark.parametrize(("path", "key", "meant"), [
+    (("nodePools", 0), "maxReplica", "maxReplicas"),
+    (("driver",), "precompile", "precompiled"),
+    (("tenants", 0), "priorityclass", "priorityClass"),
+])
+def test_a_misspelt_optional_key_gets_the_key_it_meant(path: tuple, key: str, meant: str) -> None:
+    def misspell(values: Values) -> None:
+        target = values
+        for part in path:
+            target = target[part]
+        target[key] = target.pop(meant, 1)
+
+    assert config_error(misspell, "prod").endswith(f"unknown key; did you mean {meant!r}?")
