@@ -135,15 +135,16 @@ class Engine:
         return self.run("up", "--yes", "--skip-preview", *self._policy(policy_pack), timeout=UPDATE_SECONDS,
                         check=check)
 
-    def refresh(self) -> subprocess.CompletedProcess:
-        return self.run("refresh", "--yes", "--skip-preview", timeout=UPDATE_SECONDS)
+    def refresh(self, *, expect_no_changes: bool = False) -> subprocess.CompletedProcess:
+        return self.run("refresh", "--yes", "--skip-preview",
+                        *(["--expect-no-changes"] if expect_no_changes else []), timeout=UPDATE_SECONDS)
 
     def destroy(self) -> subprocess.CompletedProcess:
         return self.run("destroy", "--yes", "--skip-preview", timeout=UPDATE_SECONDS)
 
-    def export(self) -> dict[str, Any]:
-        """The stack's state as `pulumi stack export` writes it (secrets encrypted)."""
-        return json.loads(self.run("stack", "export").stdout)
+    def export(self, *, show_secrets: bool = False) -> dict[str, Any]:
+        """The stack's state as `pulumi stack export` writes it (secrets encrypted, unless shown)."""
+        return json.loads(self.run("stack", "export", *(["--show-secrets"] if show_secrets else [])).stdout)
 
     def outputs(self) -> dict[str, Any]:
         return json.loads(self.run("stack", "output", "--json", "--show-secrets").stdout)

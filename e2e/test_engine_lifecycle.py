@@ -4,9 +4,10 @@ For an OpenShift stack (dev) and a bring-your-own Kubernetes stack (onprem), eac
 prepared as the cluster is before the stack (e2e/conftest.py): `pulumi preview`, `up` with the policy pack, a
 preview that must show no changes, `refresh` with no drift, then a series of changes as a user makes them, each
 previewed by gpuctl (`--base` the commit deployed last) and by the engine (`preview --json --diff`), which must
-plan the same URNs with the same operations, then applied; a protected removal and a policy violation that the
-engine must refuse before it changes anything; and `destroy`, first refused for the protected tenant namespaces,
-then done the documented way (retire every tenant, then destroy), leaving no object the stack created.
+plan the same URNs with the same operations, then applied; a protected removal, a policy violation and a cluster
+rename that the engine must refuse before it changes anything; and `destroy`, which keeps the protected tenants
+(and what they depend on), then the documented way (`pulumi state unprotect --all`, then destroy), which leaves no
+object the stack created.
 
 Stand-ins (e2e/standins.py): onprem pulls its charts from a Helm repository on 127.0.0.1 serving stand-in charts
 under the pinned names and versions (`charts.mirror`); on dev, a stand-in for OLM resolves Subscriptions, and kwok
@@ -31,7 +32,7 @@ from components import labels
 from components.node_drain import NTH_CHART
 from e2e.cluster import ControlPlane
 from e2e.conftest import CRDS, prepare_cluster
-from e2e.engine import Engine, EngineError, missing_tools, steps
+from e2e.engine import Engine, missing_tools, steps
 from e2e.kube import Kube
 from e2e.stack import Stack
 from e2e.standins import StandInCharts, StandInOlm
@@ -108,7 +109,7 @@ class Lifecycle:
     def resources(self) -> dict[str, Any]:
         """URN -> inputs and outputs of each custom resource the engine holds (what it changes on the cluster;
         secrets decrypted, since each write encrypts them afresh)."""
-        state = json.loads(self.engine.run("stack", "export", "--show-secrets").stdout)
+        state = self.engine.export(show_secrets=True)
         return {r["urn"]: (r.get("inputs"), r.get("outputs")) for r in state["deployment"].get("resources", [])
                 if r.get("custom") and not r["type"].startswith("pulumi:providers:")}
 
@@ -276,7 +277,7 @@ def test_a_stack_lives_and_dies_under_the_engine_as_gpuctl_previews_it(lifecycle
     assert set(life.compare("a new stack", base=False).values()) == {"create"}
     engine.up(policy_pack=ROOT / "policy")
     life.deployed("a new stack")
-    engine.run("refresh", "--yes", "--skip-preview", "--expect-no-changes", timeout=600)
+    engine.refresh(expect_no_changes=True)
     kinds = {(obj["apiVersion"], obj["kind"]) for obj in Stack.render(life.stack).objects()}
     assert managed_objects(life.admin, kinds)
 
@@ -298,7 +299,8 @@ def test_a_stack_lives_and_dies_under_the_engine_as_gpuctl_previews_it(lifecycle
     life.edit(tenant_field(victim, "gpus", 9999))
     result = engine.up(policy_pack=ROOT / "policy", check=False)
     assert result.returncode != 0 and "gpu-quota-within-capacity" in result.stdout
-    assert [urn for urn in life.resources() if life.resources()[urn] != before.get(urn)], \
+    after = life.resources()
+    assert [urn for urn in after if after[urn] != before.get(urn)], \
         "the engine now runs stack policies before an update: the workflow's extra preview can go"
     life.git("checkout", "--", life.stack_file.name)
     engine.up(policy_pack=ROOT / "policy")

@@ -18,7 +18,7 @@ from gpuctl.replacements import replace_reasons
 from gpuctl.runtime import with_engine_urns
 from stacks.config import ConfigError
 from fleet.catalog import NODE_OSES
-from fleet.kernels import KernelTarget, ObservedNode
+from fleet.kernels import ObservedNode
 
 SYMBOLS = {"create": "+", "update": "~", "replace": "+-", "delete": "-"}
 NVIDIA_DRIVER = "kubernetes:nvidia.com/v1alpha1:NVIDIADriver"
@@ -269,9 +269,10 @@ def refuse_driver_removal(diff: PlanDiff, new: dict[str, Any], observed: list[Ob
     trades a release's driver for its kernels' drivers, or back: the nodes keep one, and the engine goes ahead.)"""
     serving = [_driver_scope(r) for r in new.get("resources", []) if r["type"] == NVIDIA_DRIVER]
     for step in diff.steps:
-        if step.op != "delete" or step.resource["type"] != NVIDIA_DRIVER or _driver_scope(step.resource) is None:
+        scope = _driver_scope(step.resource) if step.op == "delete" and step.resource["type"] == NVIDIA_DRIVER else None
+        if scope is None:
             continue
-        node_os, kernel = _driver_scope(step.resource)
+        node_os, kernel = scope
         nodes = [node.name for node in observed if _serves((node_os, kernel), node)
                  and not any(scope and _serves(scope, node) for scope in serving)]
         if nodes:

@@ -22,6 +22,7 @@ from gpuctl.runtime import fingerprinted_secrets
 from gpuctl.stackfile import StackFile, load_stack_file, stack_file_path
 from fleet.kernels import KernelTarget, ObservedNode
 from stacks.config import ConfigError, config_from_stack_file
+from stacks.inventory import node_list
 from stacks.preflight import PreflightError, RegistryUnreachable, check_driver_images
 
 
@@ -233,10 +234,10 @@ def _live_nodes(head: StackFile, path: Path) -> str | None:
         return None  # the head render names what is wrong
     if not config.cluster.discovery.enabled:
         return None
-    from stacks.discovery import read_live_node_list  # the Kubernetes client loads only for commands that read
+    from stacks.discovery import read_live_nodes  # the Kubernetes client loads only for commands that read
 
-    document, _ = read_live_node_list(config.cluster.discovery)
-    path.write_text(json.dumps(document))
+    # What the renders read of the nodes and nothing else, so the base cache's key holds while they hold.
+    path.write_text(json.dumps(node_list(read_live_nodes(config.cluster.discovery))))
     return str(path)
 
 

@@ -1008,17 +1008,23 @@ def _field_at(loc: tuple[Any, ...]) -> FieldInfo | None:
     return field
 
 
+def _model_at(loc: tuple[Any, ...]) -> type[StrictModel] | None:
+    """The config model of the mapping at `loc` (or of each item of a list there); None if it is not one."""
+    if not loc:
+        return StackConfig
+    field = _field_at(loc)
+    return _model_in(field.annotation) if field else None
+
+
 def _keys_of(loc: tuple[Any, ...]) -> list[str]:
-    """Every key the mapping at `loc` (or each item of a list there) takes; none if it is not a config model."""
-    field = _field_at(loc) if loc else None
-    model = StackConfig if not loc else _model_in(field.annotation) if field else None
+    """Every key the mapping at `loc` (or each item of a list there) takes."""
+    model = _model_at(loc)
     return [info.alias or name for name, info in model.model_fields.items()] if model else []
 
 
 def _shape(loc: tuple[Any, ...]) -> str:
     """The keys an entry at `loc` (or each item of a list there) needs, as " {name, gpus}"; empty if not a mapping."""
-    field = _field_at(loc)
-    model = _model_in(field.annotation) if field else None
+    model = _model_at(loc) if loc else None
     if model is None:
         return ""
     keys = getattr(model, "usual_keys", None) or [info.alias or name for name, info in model.model_fields.items()
@@ -1076,27 +1082,24 @@ def _describe(error: ValidationError) -> str:
 
 def load_stack_config() -> StackConfig:
     """Read every `gpu-platform:*` key from the Pulumi runtime config once and validate it."""
-    prefix = f"{PROJECT}:"
     raw = pulumi.runtime.config.CONFIG.get()
-    values: dict[str, Any] = {}
-    for full_key, value in raw.items():
-        if not full_key.startswith(prefix):
+    for full_key in raw:
+        key = full_key.removeprefix(f"{PROJECT}:")
+        if key == full_key:
             continue
-        key = full_key.removeprefix(prefix)
         if key in SECRET_KEYS and not pulumi.runtime.is_config_secret(full_key):
             raise ConfigError(f"{full_key}: must be a secret; set it with `pulumi config set --secret {key}`")
         if key not in SECRET_KEYS and pulumi.runtime.is_config_secret(full_key):  # e.g. a `secure:` nested in it
             raise ConfigError(f"{full_key}: holds a `secure:` value, but the program keeps no field of it secret, so "
                               "it would show in plain text in resources and outputs; only registryPullSecret takes "
                               "a secret: remove the `secure:` value")
-        # A secret stays the text the user set (a JSON document is not decoded, so no error can echo it).
-        values[key] = value if key in SECRET_KEYS else _decode(value)
-    return parse_stack_config(values)
+    return config_from_stack_file(raw)
 
 
 def config_from_stack_file(values: Mapping[str, Any]) -> StackConfig:
-    """A stack file's `config:` mapping (full keys) validated as the program reads it under the engine, where
-    `pulumi config set preflight false` arrives as the text "false"."""
+    """The project's config values (full keys, as a stack file or the engine holds them) validated as the program
+    reads them: structured values and `true`/`false` arrive as text under the engine (`pulumi config set preflight
+    false`); a secret stays the text the user set (a JSON document is not decoded, so no error can echo it)."""
     prefix = f"{PROJECT}:"
     return parse_stack_config({key.removeprefix(prefix): value if key.removeprefix(prefix) in SECRET_KEYS
                                else _decode(value) for key, value in values.items() if key.startswith(prefix)})

@@ -39,15 +39,6 @@ def read_live_nodes(discovery: DiscoveryConfig, deadline: Deadline | None = None
         DiscoveryError: the kubeconfig, the connection, the credentials or the answer failed; never returns a
             partial list.
     """
-    document, server = read_live_node_list(discovery, deadline)
-    try:
-        return parse_node_list(document, f"nodes at {server}")
-    except ConfigError as error:
-        raise DiscoveryError(str(error)) from None
-
-
-def read_live_node_list(discovery: DiscoveryConfig, deadline: Deadline | None = None) -> tuple[dict, str]:
-    """The GPU nodes' v1 NodeList as the API server answered it, and that server (see read_live_nodes)."""
     body, server = ask_cluster(discovery, _read_gpu_nodes, DiscoveryError, ClusterRead(
         answer="", doing="listing GPU nodes", rights="list nodes",
         grant="bind it a ClusterRole with get and list on nodes"), deadline)
@@ -68,7 +59,10 @@ def read_live_node_list(discovery: DiscoveryConfig, deadline: Deadline | None = 
             f"the API server at {server} answered the node list with something that is not a v1 NodeList; "
             "check that the kubeconfig's server URL points at the Kubernetes API"
         )
-    return document, server
+    try:
+        return parse_node_list(document, f"nodes at {server}")
+    except ConfigError as error:
+        raise DiscoveryError(str(error)) from None
 
 
 @dataclass(frozen=True)

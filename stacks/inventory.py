@@ -54,6 +54,17 @@ def parse_node_list(document: Any, source: str) -> list[ObservedNode]:
     return observed
 
 
+def node_list(observed: list[ObservedNode]) -> dict[str, Any]:
+    """GPU nodes as a v1 NodeList of what parse_node_list reads (names and NFD labels), in name order: the same
+    nodes give the same document, whatever else the API server answered with."""
+    items = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name, "labels": {
+        labels.NVIDIA_PCI_LABEL: "true", labels.KERNEL_LABEL: node.target.kernel,
+        labels.OS_ID_LABEL: NODE_OSES[node.target.os].os_release_id,
+        labels.OS_VERSION_LABEL: NODE_OSES[node.target.os].os_release_version}}}
+             for node in sorted(observed, key=lambda node: node.name)]
+    return {"apiVersion": "v1", "kind": "NodeList", "items": items}
+
+
 def _observed_node(name: str, node_labels: Mapping[str, str], source: str) -> ObservedNode:
     kernel = node_labels.get(labels.KERNEL_LABEL)
     release = (node_labels.get(labels.OS_ID_LABEL), node_labels.get(labels.OS_VERSION_LABEL))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from fleet.kernels import KernelTarget, ObservedNode
 from stacks.config import ConfigError
+from stacks import inventory
 from stacks.inventory import parse_node_list
 
 UBUNTU = "6.8.0-1021-aws"
@@ -168,3 +170,12 @@ def test_a_node_named_twice_is_refused() -> None:
 
     assert str(raised.value) == ("nodes.json: items[2] and items[0] are both node 'gpu-a'; a node list names each "
                                  "node once, so pass one `kubectl get nodes -o json` answer")
+
+
+def test_a_node_list_of_observed_nodes_reads_back_as_them_in_name_order() -> None:
+    # gpuctl preview writes the live nodes this way for its base render: the same nodes, the same bytes (its cache key).
+    nodes = [ObservedNode("gpu-b", KernelTarget("rhcos4.18", "5.14.0-427.87.1.el9_4.x86_64")),
+             ObservedNode("gpu-a", KernelTarget("ubuntu22.04", "6.8.0-1021-aws"))]
+    document = inventory.node_list(nodes)
+    assert parse_node_list(document, "test") == sorted(nodes, key=lambda node: node.name)
+    assert json.dumps(inventory.node_list(list(reversed(nodes)))) == json.dumps(document)
