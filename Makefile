@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STACK ?= dev
 
-.PHONY: setup render test e2e-tools e2e bench clean
+.PHONY: setup render test e2e-tools e2e bench bench-engine clean
 
 $(BIN)/pytest: requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ e2e: setup e2e-tools
 bench: setup
 	$(BIN)/python -m benchmarks.fleet
 	$(BIN)/python -m benchmarks.preview
+
+# `pulumi preview` against `gpuctl preview`, and the program's share of `pulumi up`, under the real engine.
+bench-engine: setup e2e-tools
+	$(BIN)/python -m benchmarks.engine
 
 clean:
 	rm -rf build
