@@ -267,14 +267,15 @@ def refuse_driver_removal(diff: PlanDiff, new: dict[str, Any], observed: list[Ob
     """Refuse a change that deletes the driver of a kernel (or, keyed by OS release, of an OS release) some node
     still runs and no driver of the new plan serves, naming those nodes. (Toggling precompiled drivers on OpenShift
     trades a release's driver for its kernels' drivers, or back: the nodes keep one, and the engine goes ahead.)"""
-    serving = [_driver_scope(r) for r in new.get("resources", []) if r["type"] == NVIDIA_DRIVER]
+    serving = [scope for r in new.get("resources", []) if r["type"] == NVIDIA_DRIVER and (scope := _driver_scope(r))]
     for step in diff.steps:
-        scope = _driver_scope(step.resource) if step.op == "delete" and step.resource["type"] == NVIDIA_DRIVER else None
-        if scope is None:
+        removed = _driver_scope(step.resource) if step.op == "delete" and step.resource["type"] == NVIDIA_DRIVER \
+            else None
+        if removed is None:
             continue
-        node_os, kernel = scope
-        nodes = [node.name for node in observed if _serves((node_os, kernel), node)
-                 and not any(scope and _serves(scope, node) for scope in serving)]
+        node_os, kernel = removed
+        nodes = [node.name for node in observed
+                 if _serves(removed, node) and not any(_serves(scope, node) for scope in serving)]
         if nodes:
             fix = ("let the Machine Config Operator finish rolling those nodes to the new release first"
                    if node_os in NODE_OSES and NODE_OSES[node_os].openshift
