@@ -10,7 +10,9 @@ shaped like the example's pools (GPU taint, pool label, advertised nvidia.com/gp
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -118,6 +120,14 @@ def admitted(applied: Applied, tenant: str, job: str) -> dict[str, Any]:
     return found
 
 
+def after_its_admission_second(found: dict[str, Any]) -> None:
+    """Wait until the second after the workload's quota was reserved. Kueue preempts the most recently admitted
+    workload first, but compares admission times only to the second and breaks ties by UID, arbitrarily
+    (pkg/scheduler/preemption/common/ordering.go): a job admitted in the same second could be preempted instead."""
+    reserved = datetime.fromisoformat(condition(found, "QuotaReserved")["lastTransitionTime"])
+    time.sleep(max(0.0, reserved.timestamp() + 1 - datetime.now(timezone.utc).timestamp()))
+
+
 def preempted(applied: Applied, tenant: str, job: str) -> dict[str, Any]:
     """Wait until Kueue preempts the job's workload and its pods are gone; the Preempted condition."""
     found = wait_for(lambda: condition(workload(applied, tenant, job), "Preempted"), f"{tenant}/{job} preempted",
@@ -162,7 +172,7 @@ def test_the_example_applies_with_every_queue_accepted_by_kueue_webhooks(queued:
 
 def test_a_tenant_borrows_idle_gpus_and_the_lender_reclaims_them(cluster: Applied) -> None:
     submit(cluster, "analytics", gpu_job("own", 4))
-    admitted(cluster, "analytics", "own")
+    after_its_admission_second(admitted(cluster, "analytics", "own"))
     submit(cluster, "analytics", gpu_job("borrowed", 2))
     admitted(cluster, "analytics", "borrowed")
     assert settles_at(cluster, "analytics", {"total": 6, "borrowed": 2})  # llm-training's 2 lendable GPUs
