@@ -14,6 +14,7 @@ import yaml
 from components import labels
 from components.admission import VARIABLES
 from components.manifests import child_options, helm_release, metadata
+from components.olm import INSTALL_TIMEOUT_SECONDS, OlmOperator, OlmOperatorArgs
 
 QUEUE_POLICY_NAME = labels.QUEUE_POLICY_NAME
 GPU = labels.GPU_RESOURCE
@@ -39,6 +40,16 @@ def configuration() -> dict[str, Any]:
         "fairSharing": FAIR_SHARING,
         "resources": {"quotaCheckStrategy": "IgnoreUndeclared"},
     }
+
+
+def red_hat_configuration() -> dict[str, Any]:
+    """The Red Hat build's `Kueue` spec.config, which its operator turns into Kueue's configuration
+    (pkg/configmap/configmap.go): batch Jobs as the one integration, fair sharing with the same strategies as
+    `configuration()`, and only jobs labelled with a queue name managed. It has no setting for undeclared resources,
+    so Kueue blocks them: a tenant's ClusterQueue covers CPU and memory too (`TenantQueueArgs.compute`)."""
+    return {"integrations": {"frameworks": ["BatchJob"]},
+            "preemption": {"preemptionPolicy": "FairSharing"},
+            "workloadManagement": {"labelPolicy": "QueueName"}}
 
 
 # CEL on pods and batch Jobs in tenant namespaces (Kubernetes CEL, as the API server evaluates it).
@@ -80,24 +91,32 @@ class KueueArgs:
 
     pools: dict[str, dict[str, str]]
     chart_mirror: str | None = None  # charts.mirror: where the pinned chart is pulled from instead
+    cli_image: str | None = None  # OpenShift: the Red Hat build through OLM, its install plans approved with this
 
 
 class Kueue(pulumi.ComponentResource):
-    """Kueue's chart, pinned, as a Helm release; a ResourceFlavor per pool that places admitted pods on its nodes (by
+    """Kueue's chart, pinned, as a Helm release (on OpenShift the Red Hat build through OLM, after the cert-manager
+    Operator it needs, and its `Kueue` instance); a ResourceFlavor per pool that places admitted pods on its nodes (by
     the labels that select them: the pool label, or a bring-your-own pool's selector) and
     adds the GPU taint's toleration; the tiers as WorkloadPriorityClasses; and a policy, bound to every tenant
     namespace, by which the API server refuses GPU pods no Kueue-admitted Job started and GPU Jobs outside the
     tenant's queue. `installed` is what queues wait for: Kueue's CRDs and webhooks exist once it is."""
 
     installed: pulumi.Resource
+    namespace: str
 
     def __init__(self, name: str, args: KueueArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:Kueue", name, None, opts)
-        namespace = k8s.core.v1.Namespace(f"{name}-namespace", metadata=metadata(labels.KUEUE_NAMESPACE),
-                                          opts=child_options(self, opts))
-        self.installed = helm_release(f"{name}-release", labels.KUEUE_CHART, labels.KUEUE_NAMESPACE, {
-            "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(configuration(), sort_keys=False)},
-        }, child_options(self, opts, namespace), args.chart_mirror)
+        if args.cli_image:
+            self.installed = self._red_hat_build(name, args.cli_image, opts)
+            self.namespace = labels.KUEUE_OLM.namespace
+        else:
+            namespace = k8s.core.v1.Namespace(f"{name}-namespace", metadata=metadata(labels.KUEUE_NAMESPACE),
+                                              opts=child_options(self, opts))
+            self.installed = helm_release(f"{name}-release", labels.KUEUE_CHART, labels.KUEUE_NAMESPACE, {
+                "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(configuration(), sort_keys=False)},
+            }, child_options(self, opts, namespace), args.chart_mirror)
+            self.namespace = labels.KUEUE_NAMESPACE
         after = child_options(self, opts, self.installed)
         for tier, value in WORKLOAD_PRIORITIES.items():
             workload_priority_class(f"{name}-priority-{tier}", tier, value, after)
@@ -122,7 +141,23 @@ class Kueue(pulumi.ComponentResource):
                 "matchResources": {"namespaceSelector": {"matchExpressions": [
                     {"key": labels.TENANT_LABEL, "operator": "Exists"}]}},
             }, opts=child_options(self, opts, policy))
-        self.register_outputs({"namespace": labels.KUEUE_NAMESPACE})
+        self.register_outputs({"namespace": self.namespace})
+
+    def _red_hat_build(self, name: str, cli_image: str, opts: pulumi.ResourceOptions | None) -> pulumi.Resource:
+        """The cert-manager Operator, then the Kueue operator, then the `Kueue` instance `cluster`, which the
+        operator reports Available once Kueue's controller (after its CRDs and webhooks) is ready."""
+        cert_manager = OlmOperator(f"{name}-cert-manager", OlmOperatorArgs(
+            package=labels.CERT_MANAGER_OLM, cli_image=cli_image, namespace_labels={}), child_options(self, opts))
+        operator = OlmOperator(f"{name}-operator", OlmOperatorArgs(
+            package=labels.KUEUE_OLM, cli_image=cli_image,
+            namespace_labels={"openshift.io/cluster-monitoring": "true"}),
+            child_options(self, opts, cert_manager.installed))
+        return k8s.apiextensions.CustomResource(
+            f"{name}-instance", api_version=labels.KUEUE_OPERATOR_API_VERSION, kind="Kueue",
+            metadata=metadata("cluster", annotations={labels.WAIT_FOR: "condition=Available",
+                                                      labels.TIMEOUT_SECONDS: str(INSTALL_TIMEOUT_SECONDS)}),
+            spec={"managementState": "Managed", "config": red_hat_configuration()},
+            opts=child_options(self, opts, operator.installed))
 
 
 @dataclass(frozen=True)
@@ -136,6 +171,9 @@ class TenantQueueArgs:
     borrowing_limit: int | None = None
     lending_limit: int | None = None
     weight: int = 1
+    # OpenShift: the tenant's CPU and memory quota, covered in each flavor and never lent (the Red Hat build's Kueue
+    # blocks undeclared resources); the namespace's compute quota stays the real cap.
+    compute: dict[str, str] | None = None
 
 
 def cluster_queue_spec(args: TenantQueueArgs) -> dict[str, Any]:
@@ -148,11 +186,13 @@ def cluster_queue_spec(args: TenantQueueArgs) -> dict[str, Any]:
             quota["borrowingLimit"] = args.borrowing_limit
         if args.lending_limit is not None:
             quota["lendingLimit"] = min(args.lending_limit, nominal)
-        flavors.append({"name": pool, "resources": [quota]})
+        compute = [{"name": resource, "nominalQuota": amount, "borrowingLimit": 0, "lendingLimit": 0}
+                   for resource, amount in (args.compute or {}).items()]
+        flavors.append({"name": pool, "resources": [quota, *compute]})
     return {
         "cohortName": args.cohort,
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": args.tenant}},
-        "resourceGroups": [{"coveredResources": [GPU], "flavors": flavors}],
+        "resourceGroups": [{"coveredResources": [GPU, *(args.compute or {})], "flavors": flavors}],
         "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
         "fairSharing": {"weight": str(args.weight)},
     }

@@ -106,6 +106,7 @@ class OlmPackage:
     csv: str
     source: str
     namespace: str
+    all_namespaces: bool = False  # an operator that installs only cluster-wide (its CSV's one install mode)
 
 
 GPU_OPERATOR_CHART = HelmChart("https://helm.ngc.nvidia.com/nvidia", "gpu-operator", GPU_OPERATOR_VERSION)
@@ -141,6 +142,17 @@ KUEUE_VERSION = "0.19.2"
 KUEUE_CHART = HelmChart("oci://registry.k8s.io/kueue/charts", "kueue", KUEUE_VERSION)
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
+# OpenShift: the Red Hat build of Kueue (openshift/kueue-operator, branch release-1.4: CSV kueue-operator.v1.4.1 runs
+# Kueue 0.18 and supports OpenShift 4.18 and 4.20 on; its CSV supports only the AllNamespaces install mode). It
+# needs cert-manager: Red Hat's cert-manager Operator (branch cert-manager-1.19: CSV cert-manager-operator.v1.19.1,
+# channels stable-v1 and stable-v1.19; package openshift-cert-manager-operator in redhat-operators).
+KUEUE_OLM = OlmPackage("kueue-operator", "stable-v1.4", "kueue-operator.v1.4.1", "redhat-operators",
+                       "openshift-kueue-operator", all_namespaces=True)
+KUEUE_OLM_MINORS = ("4.18", "4.20")  # the OpenShift minors this platform supports that the pinned build supports
+CERT_MANAGER_OLM = OlmPackage("openshift-cert-manager-operator", "stable-v1.19", "cert-manager-operator.v1.19.1",
+                              "redhat-operators", "cert-manager-operator")
+KUEUE_OPERATOR_API_VERSION = "kueue.openshift.io/v1"
+KUEUE_MANAGED_LABEL = "kueue.openshift.io/managed"  # the Red Hat build manages jobs only in namespaces with it
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 WORKLOAD_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 TENANT_QUEUE = "gpu"  # the LocalQueue of every tenant namespace

@@ -73,7 +73,9 @@ class OlmOperator(pulumi.ComponentResource):
         group = k8s.apiextensions.CustomResource(
             f"{name}-operator-group", api_version="operators.coreos.com/v1", kind="OperatorGroup",
             metadata=metadata(f"{package.package}-group", package.namespace),
-            spec={"targetNamespaces": [package.namespace], "upgradeStrategy": "Default"}, opts=in_namespace)
+            spec={"upgradeStrategy": "Default",
+                  **({} if package.all_namespaces else {"targetNamespaces": [package.namespace]})},
+            opts=in_namespace)
         # status.currentCSV is "the CSV the Subscription is progressing to" (OLM's Subscription CRD): OLM sets it
         # with the install plan it generates, which then waits for the approver Job below.
         subscription = k8s.apiextensions.CustomResource(

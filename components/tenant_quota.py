@@ -74,6 +74,7 @@ class TenantQuotaArgs:
     role: str = labels.TENANT_ROLE
     protect: bool = True  # the engine refuses to delete protected resources: removal takes `retired: true` first
     gpu_quota: bool = True  # a hard cap on GPUs; tenancy mode `queue` leaves it out (the tenant's queue governs)
+    kueue_managed: bool = False  # OpenShift, mode `queue`: the label without which the Red Hat build ignores jobs
 
 
 QUOTA_ENFORCED = "jsonpath={.status.hard}"
@@ -110,6 +111,7 @@ class TenantQuota(pulumi.ComponentResource):
             "pod-security.kubernetes.io/enforce": args.pod_security,
             "pod-security.kubernetes.io/audit": "restricted",
             "pod-security.kubernetes.io/warn": "restricted",
+            **({labels.KUEUE_MANAGED_LABEL: "true"} if args.kueue_managed else {}),
         }), opts=pulumi.ResourceOptions.merge(child_options(self, opts), pulumi.ResourceOptions(protect=args.protect)))
         child = child_options(self, opts, namespace)
         # Removing a tenant in one change must stop the engine before it deletes anything of the tenant's: it

@@ -1,8 +1,9 @@
 """Kueue's controller manager, built from its Go module (e2e/tools/kueue), run against the local control plane.
 
-It runs with the configuration the chart is given (`components.kueue.configuration()`), changed only in where it
-runs: webhooks served on 127.0.0.1 with a certificate from the plane's CA, no leader election, no metrics. Its CRDs
-and webhook configurations are Kueue's own, read from its module (config/components), keeping only the webhooks of
+It runs with the configuration the chart is given (`components.kueue.configuration()`), or for an OpenShift stack
+the one the Red Hat build's operator would write from the stack's `Kueue` instance, changed only in where it runs:
+webhooks served on 127.0.0.1 with a certificate from the plane's CA, no leader election, no metrics. Its CRDs and
+webhook configurations are Kueue's own, read from its module (config/components), keeping only the webhooks of
 Kueue's kinds and of the one integration the platform enables (batch/job), as the chart keeps them.
 
 Stand-ins: the API server reaches the webhooks by URL (https://127.0.0.1:PORT/...), where the chart points them at
@@ -23,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from components import labels
 from components.kueue import configuration
 from e2e.cluster import TOOLS, ControlPlane, free_port
 from e2e.kube import Kube, wait_for
@@ -71,9 +73,26 @@ def serving_certificate(pki: Path, folder: Path) -> None:
                    **run)
 
 
-def local_configuration(webhook_port: int, health_port: int, cert_dir: Path) -> dict[str, Any]:
-    """The shipped configuration, with only where it serves changed (and the visibility server off)."""
-    return {**configuration(),
+def as_red_hat_operator_configures(instance: dict[str, Any]) -> dict[str, Any]:
+    """Kueue's configuration as the Red Hat build's operator writes it from the stack's `Kueue` instance
+    (openshift/kueue-operator release-1.4, pkg/configmap/configmap.go), for the settings the stack uses: a stand-in
+    for that operator, which cannot run here. It sets no quota check strategy, so undeclared resources block."""
+    config = instance["spec"]["config"]
+    frameworks = {"BatchJob": "batch/job"}
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "integrations": {"frameworks": [frameworks[name] for name in config["integrations"]["frameworks"]]},
+        "managedJobsNamespaceSelector": {"matchLabels": {labels.KUEUE_MANAGED_LABEL: "true"}},
+        "manageJobsWithoutQueueName": config["workloadManagement"]["labelPolicy"] == "None",
+        **({"fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}}
+           if config["preemption"]["preemptionPolicy"] == "FairSharing" else {}),
+    }
+
+
+def local_configuration(base: dict[str, Any], webhook_port: int, health_port: int, cert_dir: Path) -> dict[str, Any]:
+    """A configuration with only where Kueue serves changed (and the visibility server off)."""
+    return {**base,
             "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
             "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
             "metrics": {"bindAddress": "0"},
@@ -82,8 +101,9 @@ def local_configuration(webhook_port: int, health_port: int, cert_dir: Path) -> 
             "featureGates": {"VisibilityOnDemand": False}}
 
 
-def start(plane: ControlPlane, admin: Kube) -> None:
-    """Install Kueue's CRDs, run its controller manager (stopped with the plane) and register its webhooks."""
+def start(plane: ControlPlane, admin: Kube, base: dict[str, Any] | None = None) -> None:
+    """Install Kueue's CRDs, run its controller manager (stopped with the plane) with `base` (the chart's
+    configuration unless given) and register its webhooks."""
     source = module()
     for crd in crds(source):
         admin.apply(crd)
@@ -95,7 +115,8 @@ def start(plane: ControlPlane, admin: Kube) -> None:
     serving_certificate(plane.folder / "pki", folder / "certs")
     webhook_port, health_port = free_port(), free_port()
     config = folder / "config.yaml"
-    config.write_text(yaml.safe_dump(local_configuration(webhook_port, health_port, folder / "certs")))
+    config.write_text(yaml.safe_dump(local_configuration(base or configuration(), webhook_port, health_port,
+                                                         folder / "certs")))
     plane.spawn("kueue", "--config", str(config), "--kubeconfig", str(plane.kubeconfig), wrapper=(
         "unshare", "--user", "--map-root-user", "--mount", "sh", "-c", f"mount -t tmpfs tmpfs /etc && mkdir -p "
         f"{METRICS_CERTS} && cp \"$0\"/tls.crt \"$0\"/tls.key {METRICS_CERTS} && exec \"$@\"", str(folder / "certs")))

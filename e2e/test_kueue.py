@@ -1,10 +1,14 @@
 """Tenancy mode `queue`, held by the real Kueue controller (v0.19.2, built from its module) and the real API server and
-scheduler: the example stack (examples/Pulumi.queue.yaml) applied, tenants borrowing idle GPUs, lenders reclaiming
-them, priority inside a tenant, and no GPU work outside the queues.
+scheduler: each example stack (examples/Pulumi.queue.yaml on Kubernetes, examples/Pulumi.queue-openshift.yaml on
+OpenShift) applied, tenants borrowing idle GPUs, lenders reclaiming them, priority inside a tenant, and no GPU work
+outside the queues.
 
 Stand-ins, said where they are: Kueue's webhooks are reached on 127.0.0.1 (e2e/kueue.py), and GPU nodes are kwok's,
 shaped like the example's pools (GPU taint, pool label, advertised nvidia.com/gpu). Job pods run until deleted here
-(kwok without its stage that completes Job pods), so a job holds its GPUs for as long as a scenario needs.
+(kwok without its stage that completes Job pods), so a job holds its GPUs for as long as a scenario needs. On
+OpenShift the Red Hat build of Kueue (an operator installed through OLM) cannot run: upstream Kueue runs with the
+configuration that build's operator writes from the stack's `Kueue` instance (e2e/kueue.py), and that instance is
+not applied (its CRD comes with the operator's bundle).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from components import labels
 from components.kueue import QUEUE_VALIDATIONS
 from e2e import kueue
 from e2e.cluster import KWOK_STAGES, ControlPlane
-from e2e.conftest import Applied, apply_stack, install_crds, node_ready
+from e2e.conftest import Applied, apply_stack, object_key, prepare_cluster
 from e2e.kube import Kube, refusal, wait_for
 from e2e.stack import Stack
 from stacks.config import parse_stack_config
@@ -32,28 +36,24 @@ from tests.conftest import ROOT, render_stack
 GPU = labels.GPU_RESOURCE
 PAUSE = "registry.k8s.io/pause:3.10"
 WORKLOAD = ("kueue.x-k8s.io/v1beta2", "Workload")
-EXAMPLE = yaml.safe_load((ROOT / "examples" / "Pulumi.queue.yaml").read_text())["config"]
+EXAMPLES = {"queue": "Pulumi.queue.yaml", "queue-openshift": "Pulumi.queue-openshift.yaml"}
+OPERATOR_INSTANCE = "Kueue/cluster"  # OpenShift: the Red Hat build's instance, for its operator (a stand-in here)
 RUNNING = tuple(stage for stage in KWOK_STAGES if stage != "pod/fast/pod-complete.yaml")
 SETTLE_SECONDS = 90
 POOL = "a10g-batch"  # 2 nodes of 4 GPUs: llm-training guaranteed 4 (lends 2), analytics 4
 
 
-@pytest.fixture(scope="module")
-def queued(tools, tmp_path_factory) -> Iterator[Applied]:
-    values = {key.removeprefix("gpu-platform:"): value for key, value in copy.deepcopy(EXAMPLE).items()}
-    stack = Stack("queue", render_stack("queue", EXAMPLE), parse_stack_config(values))
-    with ControlPlane.start(tmp_path_factory.mktemp("cluster-queue"), stages=RUNNING) as plane:
-        admin = Kube(plane.kubeconfig)
-        install_crds(admin)
-        kueue.start(plane, admin)
-        for namespace in stack.missing_namespaces():
-            admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-        for node in stack.nodes():
-            admin.create(node)
-        wait_for(lambda: all(node_ready(admin.get("v1", "Node", n["metadata"]["name"])) for n in stack.nodes()),
-                 "every kwok node Ready", timeout=60)
+@pytest.fixture(scope="module", params=sorted(EXAMPLES))
+def queued(request, tools, tmp_path_factory) -> Iterator[Applied]:
+    example = yaml.safe_load((ROOT / "examples" / EXAMPLES[request.param]).read_text())["config"]
+    values = {key.removeprefix("gpu-platform:"): value for key, value in copy.deepcopy(example).items()}
+    stack = Stack(request.param, render_stack(request.param, example), parse_stack_config(values))
+    with ControlPlane.start(tmp_path_factory.mktemp(f"cluster-{request.param}"), stages=RUNNING) as plane:
+        admin = prepare_cluster(stack, plane)
+        instance = [obj for obj in stack.objects() if object_key(obj) == OPERATOR_INSTANCE]
+        kueue.start(plane, admin, *(kueue.as_red_hat_operator_configures(only) for only in instance))
         applied = Applied(stack, plane, admin)
-        apply_stack(applied)
+        apply_stack(applied, leave_out=frozenset({OPERATOR_INSTANCE}))
         for tenant in stack.tenants():
             wait_for(lambda: admin.get("v1", "ServiceAccount", "default", tenant.name), f"{tenant.name}/default", 30)
         yield applied

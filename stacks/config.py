@@ -836,10 +836,11 @@ class StackConfig(StrictModel):
     def _check_tenancy(self) -> None:
         """Queue settings only in `queue` mode, naming pools that exist; `queue` only where Kueue is installed."""
         queue = self.tenancy.mode == "queue"
-        if queue and self.cluster.flavor == "openshift":
+        if queue and self.cluster.flavor == "openshift" and self.cluster.minor not in labels.KUEUE_OLM_MINORS:
             raise _field_error(("tenancy", "mode"), (
-                "queue is not offered on OpenShift yet (the Red Hat build of Kueue needs the cert-manager Operator, "
-                "which this platform does not install); use quota"))
+                f"queue needs the Red Hat build of Kueue, whose pinned {labels.KUEUE_OLM.csv} does not support "
+                f"OpenShift {self.cluster.minor} (it supports {', '.join(labels.KUEUE_OLM_MINORS)} of this "
+                "platform's releases); use quota"))
         pools = [pool.name for pool in self.node_pools]
         for index, tenant in enumerate(self.tenants):
             if "queue" in tenant.model_fields_set and not queue:

@@ -107,13 +107,13 @@ class GpuPlatform(pulumi.ComponentResource):
         queued = config.tenancy.mode == "queue"
         # Queue mode: Kueue and its refusal of GPU work outside the queues, before any tenant namespace exists.
         kueue = Kueue("kueue", KueueArgs({name: pool.node_selector for name, pool in self.pools.items()},
-                                          config.charts.mirror),
+                                          config.charts.mirror, cli_image),
                       pulumi.ResourceOptions(parent=self)) if queued else None
         self.tenants = {
             tenant.name: TenantQuota(f"tenant-{tenant.name}", TenantQuotaArgs(
                 name=tenant.name, gpus=tenant.gpus, priority_class=tenant.priority_class, group=tenant.rbac_group,
                 cpu=tenant.cpu, memory=tenant.memory, pods=tenant.pods, scrapers=cluster.scrapers,
-                protect=not tenant.retired, gpu_quota=not queued,
+                protect=not tenant.retired, gpu_quota=not queued, kueue_managed=queued and openshift,
             ), pulumi.ResourceOptions(parent=self, depends_on=[*priority_classes, role, admission, network_admission,
                                                                *([kueue] if kueue else [])]))
             for tenant in config.tenants
@@ -125,6 +125,7 @@ class GpuPlatform(pulumi.ComponentResource):
                 tenant=tenant.name, cohort=config.tenancy.cohort, nominal=shares[tenant.name],
                 borrowing_limit=tenant.queue.borrowing_limit, lending_limit=tenant.queue.lending_limit,
                 weight=tenant.queue.weight,
+                compute={"cpu": tenant.cpu, "memory": tenant.memory} if openshift else None,
             ), pulumi.ResourceOptions(parent=self, depends_on=[self.tenants[tenant.name], kueue.installed]))
         for tenant in config.tenants:
             for network in tenant.networks:

@@ -11,7 +11,7 @@ import yaml
 
 from components import labels
 from components.kueue import (QUEUE_VALIDATIONS, QUEUE_VARIABLES, TenantQueueArgs, cluster_queue_spec,
-                              configuration)
+                              configuration, red_hat_configuration)
 from tests.cel import broken_rules
 from tests.conftest import ROOT, render_stack
 
@@ -89,3 +89,62 @@ def test_the_chart_runs_kueue_with_this_configuration() -> None:
     shipped = yaml.safe_load(release["inputs"]["values"]["managerConfig"]["controllerManagerConfigYaml"])
     assert shipped == configuration()
     assert shipped["integrations"]["frameworks"] == ["batch/job"]
+
+
+OPENSHIFT_EXAMPLE = ROOT / "examples" / "Pulumi.queue-openshift.yaml"
+
+
+@pytest.fixture(scope="module")
+def openshift_plan():
+    return render_stack("queue-openshift", yaml.safe_load(OPENSHIFT_EXAMPLE.read_text())["config"])
+
+
+def test_openshift_installs_the_red_hat_build_after_cert_manager_and_no_chart(openshift_plan) -> None:
+    assert not [r for r in openshift_plan.of_type("kubernetes:helm.sh/v3:Release") if r["inputs"]["name"] == "kueue"]
+    for package in (labels.CERT_MANAGER_OLM, labels.KUEUE_OLM):
+        spec = openshift_plan.manifest("Subscription", package.package, package.namespace)["spec"]
+        assert (spec["channel"], spec["startingCSV"], spec["installPlanApproval"]) == (
+            package.channel, package.csv, "Manual")
+    kueue_operator = openshift_plan.object("Subscription", labels.KUEUE_OLM.package, labels.KUEUE_OLM.namespace)
+    assert openshift_plan.depends_on(kueue_operator, "kueue-cert-manager-approve-install-plan")
+    # The Kueue operator's CSV supports only the AllNamespaces install mode; cert-manager's group stays its own.
+    assert "targetNamespaces" not in openshift_plan.manifest(
+        "OperatorGroup", "kueue-operator-group", labels.KUEUE_OLM.namespace)["spec"]
+    assert openshift_plan.manifest("OperatorGroup", "openshift-cert-manager-operator-group",
+                                   labels.CERT_MANAGER_OLM.namespace)["spec"]["targetNamespaces"] == [
+        labels.CERT_MANAGER_OLM.namespace]
+
+
+def test_openshift_queues_wait_for_the_kueue_instance_reported_available(openshift_plan) -> None:
+    instance = openshift_plan.object("Kueue", "cluster")
+    assert instance["inputs"]["spec"] == {"managementState": "Managed", "config": red_hat_configuration()}
+    annotations = instance["inputs"]["metadata"]["annotations"]
+    assert annotations[labels.WAIT_FOR] == "condition=Available" and int(annotations[labels.TIMEOUT_SECONDS]) > 0
+    assert openshift_plan.depends_on(instance, "kueue-operator-approve-install-plan")
+    for kind, name, namespace in [("ResourceFlavor", "a10g-batch", None), ("ClusterQueue", "analytics", None),
+                                  ("LocalQueue", labels.TENANT_QUEUE, "analytics"),
+                                  ("WorkloadPriorityClass", labels.HIGH_PRIORITY_CLASS, None)]:
+        assert instance["urn"] in openshift_plan.object(kind, name, namespace)["dependencies"], kind
+
+
+def test_openshift_tenants_are_managed_and_their_queues_cover_cpu_and_memory_never_lent(openshift_plan) -> None:
+    config = yaml.safe_load(OPENSHIFT_EXAMPLE.read_text())["config"]
+    for tenant in config["gpu-platform:tenants"]:
+        namespace = openshift_plan.manifest("Namespace", tenant["name"])
+        assert namespace["metadata"]["labels"][labels.KUEUE_MANAGED_LABEL] == "true"
+        spec = openshift_plan.manifest("ClusterQueue", tenant["name"])["spec"]
+        [group] = spec["resourceGroups"]
+        assert group["coveredResources"] == [GPU, "cpu", "memory"]
+        for flavor in group["flavors"]:
+            compute = {quota["name"]: quota for quota in flavor["resources"] if quota["name"] != GPU}
+            assert compute == {
+                "cpu": {"name": "cpu", "nominalQuota": "64", "borrowingLimit": 0, "lendingLimit": 0},
+                "memory": {"name": "memory", "nominalQuota": "256Gi", "borrowingLimit": 0, "lendingLimit": 0}}
+
+
+def test_kubernetes_queues_count_only_gpus_and_namespaces_carry_no_openshift_label() -> None:
+    plan = render_stack("queue", yaml.safe_load(EXAMPLE.read_text())["config"])
+    for queue in plan.kind("ClusterQueue"):
+        assert queue["spec"]["resourceGroups"][0]["coveredResources"] == [GPU]
+        assert labels.KUEUE_MANAGED_LABEL not in plan.manifest("Namespace", queue["metadata"]["name"])[
+            "metadata"]["labels"]

@@ -52,8 +52,10 @@ def test_quota_mode_is_the_default() -> None:
 
 
 @pytest.mark.parametrize(("stack", "mutate", "expected"), [
-    ("dev", lambda v: v.update(tenancy={"mode": "queue"}),
-     "gpu-platform:tenancy.mode: queue is not offered on OpenShift yet"),
+    ("dev", lambda v: (v.update(tenancy={"mode": "queue"}), v["cluster"].update(
+        release="4.19.10", kernel="5.14.0-570.28.1.el9_6.x86_64", nfdOperatorCsv="nfd.4.19.0-202510010101")),
+     "gpu-platform:tenancy.mode: queue needs the Red Hat build of Kueue, whose pinned kueue-operator.v1.4.1 does not "
+     "support OpenShift 4.19 (it supports 4.18, 4.20 of this platform's releases); use quota"),
     ("prod", lambda v: v["tenants"][0].update(queue={"weight": 2}),
      "gpu-platform:tenants[0].queue: applies to tenancy.mode queue; set tenancy.mode: queue or remove it"),
     ("prod", lambda v: (v.update(tenancy={"mode": "queue"}), v["tenants"][0].update(queue={"pools": ["h100"]})),
