@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -56,11 +56,12 @@ class Engine:
     project: Path
     folder: Path
     kubeconfig: Path
+    settings: dict[str, str] = field(default_factory=dict)  # more PULUMI_* settings of every command
 
     @classmethod
-    def prepare(cls, project: Path, folder: Path, kubeconfig: Path) -> Engine:
+    def prepare(cls, project: Path, folder: Path, kubeconfig: Path, settings: dict[str, str] | None = None) -> Engine:
         """Create the home and the state folder and install the built Kubernetes provider into that home."""
-        engine = cls(project, folder, kubeconfig)
+        engine = cls(project, folder, kubeconfig, settings or {})
         (folder / "home").mkdir(parents=True, exist_ok=True)
         (folder / "state").mkdir(exist_ok=True)
         engine.run("plugin", "install", "resource", "kubernetes", kubernetes_plugin_version(),
@@ -85,6 +86,7 @@ class Engine:
             # Helm's caches and repository config (the provider's releases), kept in the folder too.
             **{f"HELM_{kind}_HOME": str(self.folder / "helm" / kind.lower()) for kind in ("CACHE", "CONFIG", "DATA")},
             "NO_COLOR": "1",
+            **self.settings,
         }
 
     def run(self, *args: str, timeout: float = PREVIEW_SECONDS, check: bool = True) -> subprocess.CompletedProcess:
