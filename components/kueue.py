@@ -92,6 +92,7 @@ class KueueArgs:
     pools: dict[str, dict[str, str]]
     chart_mirror: str | None = None  # charts.mirror: where the pinned chart is pulled from instead
     cli_image: str | None = None  # OpenShift: the Red Hat build through OLM, its install plans approved with this
+    install_cert_manager: bool = True  # OpenShift: install the cert-manager Operator it needs (else the cluster's)
 
 
 class Kueue(pulumi.ComponentResource):
@@ -108,7 +109,7 @@ class Kueue(pulumi.ComponentResource):
     def __init__(self, name: str, args: KueueArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:Kueue", name, None, opts)
         if args.cli_image:
-            self.installed = self._red_hat_build(name, args.cli_image, opts)
+            self.installed = self._red_hat_build(name, args.cli_image, args.install_cert_manager, opts)
             self.namespace = labels.KUEUE_OLM.namespace
         else:
             namespace = k8s.core.v1.Namespace(f"{name}-namespace", metadata=metadata(labels.KUEUE_NAMESPACE),
@@ -143,15 +144,18 @@ class Kueue(pulumi.ComponentResource):
             }, opts=child_options(self, opts, policy))
         self.register_outputs({"namespace": self.namespace})
 
-    def _red_hat_build(self, name: str, cli_image: str, opts: pulumi.ResourceOptions | None) -> pulumi.Resource:
-        """The cert-manager Operator, then the Kueue operator, then the `Kueue` instance `cluster`, which the
-        operator reports Available once Kueue's controller (after its CRDs and webhooks) is ready."""
-        cert_manager = OlmOperator(f"{name}-cert-manager", OlmOperatorArgs(
-            package=labels.CERT_MANAGER_OLM, cli_image=cli_image, namespace_labels={}), child_options(self, opts))
+    def _red_hat_build(self, name: str, cli_image: str, install_cert_manager: bool,
+                       opts: pulumi.ResourceOptions | None) -> pulumi.Resource:
+        """The cert-manager Operator (unless the cluster's cert-manager serves), then the Kueue operator, then the
+        `Kueue` instance `cluster`, which the operator reports Available once Kueue's controller (after its CRDs and
+        webhooks) is ready. Both operators' CSVs ask for cluster monitoring of their namespaces."""
+        monitored = {"openshift.io/cluster-monitoring": "true"}
+        cert_manager = [OlmOperator(f"{name}-cert-manager", OlmOperatorArgs(
+            package=labels.CERT_MANAGER_OLM, cli_image=cli_image, namespace_labels=monitored),
+            child_options(self, opts)).installed] if install_cert_manager else []
         operator = OlmOperator(f"{name}-operator", OlmOperatorArgs(
-            package=labels.KUEUE_OLM, cli_image=cli_image,
-            namespace_labels={"openshift.io/cluster-monitoring": "true"}),
-            child_options(self, opts, cert_manager.installed))
+            package=labels.KUEUE_OLM, cli_image=cli_image, namespace_labels=monitored),
+            child_options(self, opts, *cert_manager))
         return k8s.apiextensions.CustomResource(
             f"{name}-instance", api_version=labels.KUEUE_OPERATOR_API_VERSION, kind="Kueue",
             metadata=metadata("cluster", annotations={labels.WAIT_FOR: "condition=Available",

@@ -143,16 +143,19 @@ KUEUE_CHART = HelmChart("oci://registry.k8s.io/kueue/charts", "kueue", KUEUE_VER
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
 # OpenShift: the Red Hat build of Kueue (openshift/kueue-operator, branch release-1.4: CSV kueue-operator.v1.4.1 runs
-# Kueue 0.18 and supports OpenShift 4.18 and 4.20 on; its CSV supports only the AllNamespaces install mode). It
-# needs cert-manager: Red Hat's cert-manager Operator (branch cert-manager-1.19: CSV cert-manager-operator.v1.19.1,
-# channels stable-v1 and stable-v1.19; package openshift-cert-manager-operator in redhat-operators).
+# Kueue 0.18; its CSV supports only the AllNamespaces install mode; its bundle is published for OpenShift
+# v4.18-v4.22, label com.redhat.openshift.versions). It needs cert-manager: Red Hat's cert-manager Operator (branch
+# cert-manager-1.19: CSV cert-manager-operator.v1.19.1, channels stable-v1 and stable-v1.19; package
+# openshift-cert-manager-operator in redhat-operators).
 KUEUE_OLM = OlmPackage("kueue-operator", "stable-v1.4", "kueue-operator.v1.4.1", "redhat-operators",
                        "openshift-kueue-operator", all_namespaces=True)
-KUEUE_OLM_MINORS = ("4.18", "4.20")  # the OpenShift minors this platform supports that the pinned build supports
+KUEUE_OLM_MINORS = ("4.18", "4.19", "4.20", "4.21", "4.22")  # the OpenShift releases its bundle is published for
 CERT_MANAGER_OLM = OlmPackage("openshift-cert-manager-operator", "stable-v1.19", "cert-manager-operator.v1.19.1",
                               "redhat-operators", "cert-manager-operator")
 KUEUE_OPERATOR_API_VERSION = "kueue.openshift.io/v1"
-KUEUE_MANAGED_LABEL = "kueue.openshift.io/managed"  # the Red Hat build manages jobs only in namespaces with it
+# The Red Hat build registers Kueue's webhooks of namespaced kinds only for namespaces with this label: without it a
+# Job is not suspended on creation and its pods start outside the queue.
+KUEUE_MANAGED_LABEL = "kueue.openshift.io/managed"
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 WORKLOAD_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 TENANT_QUEUE = "gpu"  # the LocalQueue of every tenant namespace

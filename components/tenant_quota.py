@@ -74,7 +74,7 @@ class TenantQuotaArgs:
     role: str = labels.TENANT_ROLE
     protect: bool = True  # the engine refuses to delete protected resources: removal takes `retired: true` first
     gpu_quota: bool = True  # a hard cap on GPUs; tenancy mode `queue` leaves it out (the tenant's queue governs)
-    kueue_managed: bool = False  # OpenShift, mode `queue`: the label without which the Red Hat build ignores jobs
+    kueue_managed: bool = False  # OpenShift, mode `queue`: the label the Red Hat build's webhooks act on
 
 
 QUOTA_ENFORCED = "jsonpath={.status.hard}"

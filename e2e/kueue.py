@@ -31,6 +31,7 @@ from e2e.kube import Kube, wait_for
 
 WEBHOOK_GROUPS = {"kueue.x-k8s.io", "batch"}  # Kueue's kinds, and batch/job: the frameworks the platform enables
 METRICS_CERTS = "/etc/kueue/metrics/certs"
+CLUSTER_SCOPED = {"clusterqueues", "resourceflavors", "cohorts"}  # the kinds whose webhooks see no namespace
 
 
 def module() -> Path:
@@ -46,8 +47,10 @@ def crds(source: Path) -> list[dict[str, Any]]:
     return [yaml.safe_load(path.read_text()) for path in sorted(bases.glob("*.yaml"))]
 
 
-def webhook_configurations(source: Path, url: str, ca: bytes) -> list[dict[str, Any]]:
-    """Kueue's webhook configurations, each webhook pointed at `url` + its path, trusting `ca`."""
+def webhook_configurations(source: Path, url: str, ca: bytes, managed_only: bool = False) -> list[dict[str, Any]]:
+    """Kueue's webhook configurations, each webhook pointed at `url` + its path, trusting `ca`. `managed_only`: as
+    the Red Hat build's operator registers them, every webhook but those of cluster-scoped kinds only for namespaces
+    labelled kueue.openshift.io/managed=true (openshift/kueue-operator release-1.4, pkg/webhook/pod_webhook.go)."""
     documents = list(yaml.safe_load_all((source / "config/components/webhook/manifests.yaml").read_text()))
     for document in documents:
         document["metadata"]["name"] = f"kueue-{document['metadata']['name']}"
@@ -56,6 +59,11 @@ def webhook_configurations(source: Path, url: str, ca: bytes) -> list[dict[str, 
             if {group for rule in webhook["rules"] for group in rule["apiGroups"]} <= WEBHOOK_GROUPS:
                 path = webhook["clientConfig"]["service"]["path"]
                 webhook["clientConfig"] = {"url": f"{url}{path}", "caBundle": base64.b64encode(ca).decode()}
+                resources = {resource for rule in webhook["rules"] for resource in rule["resources"]}
+                if managed_only and not resources <= CLUSTER_SCOPED:
+                    selector = webhook.setdefault("namespaceSelector", {})
+                    selector.setdefault("matchExpressions", []).insert(0, {
+                        "key": labels.KUEUE_MANAGED_LABEL, "operator": "In", "values": ["true"]})
                 kept.append(webhook)
         document["webhooks"] = kept
     return documents
@@ -101,9 +109,9 @@ def local_configuration(base: dict[str, Any], webhook_port: int, health_port: in
             "featureGates": {"VisibilityOnDemand": False}}
 
 
-def start(plane: ControlPlane, admin: Kube, base: dict[str, Any] | None = None) -> None:
-    """Install Kueue's CRDs, run its controller manager (stopped with the plane) with `base` (the chart's
-    configuration unless given) and register its webhooks."""
+def start(plane: ControlPlane, admin: Kube, red_hat_instance: dict[str, Any] | None = None) -> None:
+    """Install Kueue's CRDs, run its controller manager (stopped with the plane) and register its webhooks, as the
+    chart does, or as the Red Hat build's operator does from its `Kueue` instance."""
     source = module()
     for crd in crds(source):
         admin.apply(crd)
@@ -115,12 +123,13 @@ def start(plane: ControlPlane, admin: Kube, base: dict[str, Any] | None = None) 
     serving_certificate(plane.folder / "pki", folder / "certs")
     webhook_port, health_port = free_port(), free_port()
     config = folder / "config.yaml"
-    config.write_text(yaml.safe_dump(local_configuration(base or configuration(), webhook_port, health_port,
-                                                         folder / "certs")))
+    base = as_red_hat_operator_configures(red_hat_instance) if red_hat_instance else configuration()
+    config.write_text(yaml.safe_dump(local_configuration(base, webhook_port, health_port, folder / "certs")))
     plane.spawn("kueue", "--config", str(config), "--kubeconfig", str(plane.kubeconfig), wrapper=(
         "unshare", "--user", "--map-root-user", "--mount", "sh", "-c", f"mount -t tmpfs tmpfs /etc && mkdir -p "
         f"{METRICS_CERTS} && cp \"$0\"/tls.crt \"$0\"/tls.key {METRICS_CERTS} && exec \"$@\"", str(folder / "certs")))
     plane.wait_ready(f"http://127.0.0.1:{health_port}/readyz", lambda body: body.strip() == b"ok")
     ca = (plane.folder / "pki" / "ca.crt").read_bytes()
-    for document in webhook_configurations(source, f"https://127.0.0.1:{webhook_port}", ca):
+    for document in webhook_configurations(source, f"https://127.0.0.1:{webhook_port}", ca,
+                                           managed_only=red_hat_instance is not None):
         admin.apply(document)

@@ -7,8 +7,9 @@ Stand-ins, said where they are: Kueue's webhooks are reached on 127.0.0.1 (e2e/k
 shaped like the example's pools (GPU taint, pool label, advertised nvidia.com/gpu). Job pods run until deleted here
 (kwok without its stage that completes Job pods), so a job holds its GPUs for as long as a scenario needs. On
 OpenShift the Red Hat build of Kueue (an operator installed through OLM) cannot run: upstream Kueue runs with the
-configuration that build's operator writes from the stack's `Kueue` instance (e2e/kueue.py), and that instance is
-not applied (its CRD comes with the operator's bundle).
+configuration that build's operator writes from the stack's `Kueue` instance, its webhooks registered as that
+operator registers them (namespaced kinds only in namespaces labelled kueue.openshift.io/managed, e2e/kueue.py),
+and that instance is not applied (its CRD comes with the operator's bundle).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def queued(request, tools, tmp_path_factory) -> Iterator[Applied]:
     with ControlPlane.start(tmp_path_factory.mktemp(f"cluster-{request.param}"), stages=RUNNING) as plane:
         admin = prepare_cluster(stack, plane)
         instance = [obj for obj in stack.objects() if object_key(obj) == OPERATOR_INSTANCE]
-        kueue.start(plane, admin, *(kueue.as_red_hat_operator_configures(only) for only in instance))
+        kueue.start(plane, admin, *instance)
         applied = Applied(stack, plane, admin)
         apply_stack(applied, leave_out=frozenset({OPERATOR_INSTANCE}))
         for tenant in stack.tenants():

@@ -619,6 +619,9 @@ class TenancyConfig(StrictModel):
 
     mode: Literal["quota", "queue"] = "quota"
     cohort: Annotated[str, _dns_label(63)] = "gpu-tenants"
+    cert_manager: Literal["install", "existing"] = Field(
+        default="install", description="OpenShift, queue mode: install the cert-manager Operator the Red Hat build "
+                                       "of Kueue needs, or use the cert-manager the cluster already runs")
 
 
 class TenantConfig(StrictModel):
@@ -838,9 +841,12 @@ class StackConfig(StrictModel):
         queue = self.tenancy.mode == "queue"
         if queue and self.cluster.flavor == "openshift" and self.cluster.minor not in labels.KUEUE_OLM_MINORS:
             raise _field_error(("tenancy", "mode"), (
-                f"queue needs the Red Hat build of Kueue, whose pinned {labels.KUEUE_OLM.csv} does not support "
-                f"OpenShift {self.cluster.minor} (it supports {', '.join(labels.KUEUE_OLM_MINORS)} of this "
-                "platform's releases); use quota"))
+                f"queue needs the Red Hat build of Kueue, whose pinned {labels.KUEUE_OLM.csv} is not published "
+                f"for OpenShift {self.cluster.minor} (only {', '.join(labels.KUEUE_OLM_MINORS)}); use quota"))
+        if "cert_manager" in self.tenancy.model_fields_set and not (queue and self.cluster.flavor == "openshift"):
+            raise _field_error(("tenancy", "certManager"), (
+                "applies to tenancy.mode queue on OpenShift, where the Red Hat build of Kueue needs cert-manager; "
+                "remove it"))
         pools = [pool.name for pool in self.node_pools]
         for index, tenant in enumerate(self.tenants):
             if "queue" in tenant.model_fields_set and not queue:

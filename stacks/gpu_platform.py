@@ -107,7 +107,8 @@ class GpuPlatform(pulumi.ComponentResource):
         queued = config.tenancy.mode == "queue"
         # Queue mode: Kueue and its refusal of GPU work outside the queues, before any tenant namespace exists.
         kueue = Kueue("kueue", KueueArgs({name: pool.node_selector for name, pool in self.pools.items()},
-                                          config.charts.mirror, cli_image),
+                                          config.charts.mirror, cli_image,
+                                          install_cert_manager=config.tenancy.cert_manager == "install"),
                       pulumi.ResourceOptions(parent=self)) if queued else None
         self.tenants = {
             tenant.name: TenantQuota(f"tenant-{tenant.name}", TenantQuotaArgs(

@@ -27,6 +27,8 @@ TUNING_FIX = ("the Machine Config Operator and the Node Tuning Operator run on e
               "NodeTuning capability is disabled: enable it, or remove profile from the pools")
 MULTUS_FIX = ("install Multus (its NetworkAttachmentDefinition CRD; built into OpenShift unless the cluster network "
               "sets disableMultiNetwork), or remove networks from the tenants")
+CERT_MANAGER_FIX = (f"install cert-manager (the cert-manager Operator for Red Hat OpenShift), or set {PROJECT}:"
+                    "tenancy.certManager: install to let the stack install it")
 PROMETHEUS_FIX = (f"install the Prometheus Operator (its CRDs), or set {PROJECT}:monitoring.prometheusOperator: "
                   "false to deploy without the GPU alerts and the exporter's ServiceMonitor")
 
@@ -52,6 +54,8 @@ MACHINE_API = (Precondition("machinesets.machine.openshift.io", "MachineSet", MA
 NODE_TUNING = (Precondition("machineconfigpools.machineconfiguration.openshift.io", "MachineConfigPool", TUNING_FIX),
                Precondition("performanceprofiles.performance.openshift.io", "PerformanceProfile", TUNING_FIX),
                Precondition("tuneds.tuned.openshift.io", "Tuned", TUNING_FIX))
+CERT_MANAGER = (Precondition("issuers.cert-manager.io", "Issuer", CERT_MANAGER_FIX),
+                Precondition("certificates.cert-manager.io", "Certificate", CERT_MANAGER_FIX))
 MULTUS = (Precondition("network-attachment-definitions.k8s.cni.cncf.io", "NetworkAttachmentDefinition", MULTUS_FIX),)
 PROMETHEUS_OPERATOR = (Precondition("prometheusrules.monitoring.coreos.com", "PrometheusRule", PROMETHEUS_FIX),
                        Precondition("servicemonitors.monitoring.coreos.com", "ServiceMonitor", PROMETHEUS_FIX))
@@ -70,7 +74,8 @@ def required_crds(config: StackConfig) -> tuple[Precondition, ...]:
 
     OpenShift: OLM's (Subscription, OperatorGroup) and the Machine API's (MachineSet, MachineAutoscaler,
     ClusterAutoscaler); with node profiles, the Machine Config and Node Tuning Operators' (MachineConfigPool,
-    PerformanceProfile, Tuned). Tenant networks: Multus's NetworkAttachmentDefinition. With
+    PerformanceProfile, Tuned); in queue mode with `tenancy.certManager: existing`, cert-manager's (Issuer,
+    Certificate), which the Red Hat build of Kueue uses. Tenant networks: Multus's NetworkAttachmentDefinition. With
     `monitoring.prometheusOperator`: PrometheusRule (the GPU alerts) and ServiceMonitor (the GPU Operator creates
     the DCGM exporter's from the ClusterPolicy).
     """
@@ -79,6 +84,8 @@ def required_crds(config: StackConfig) -> tuple[Precondition, ...]:
         needed += OLM + MACHINE_API
         if any(getattr(pool, "profile", None) for pool in config.node_pools):
             needed += NODE_TUNING
+        if config.tenancy.mode == "queue" and config.tenancy.cert_manager == "existing":
+            needed += CERT_MANAGER
     if any(getattr(tenant, "networks", ()) for tenant in config.tenants):
         needed += MULTUS
     if config.prometheus_operator:

@@ -148,3 +148,12 @@ def test_kubernetes_queues_count_only_gpus_and_namespaces_carry_no_openshift_lab
         assert queue["spec"]["resourceGroups"][0]["coveredResources"] == [GPU]
         assert labels.KUEUE_MANAGED_LABEL not in plan.manifest("Namespace", queue["metadata"]["name"])[
             "metadata"]["labels"]
+
+
+def test_openshift_with_the_clusters_cert_manager_installs_only_the_kueue_operator() -> None:
+    config = yaml.safe_load(OPENSHIFT_EXAMPLE.read_text())["config"]
+    config["gpu-platform:tenancy"]["certManager"] = "existing"
+    plan = render_stack("queue-openshift", config)
+    assert [s["metadata"]["name"] for s in plan.kind("Subscription") if "kueue" in s["metadata"]["name"]
+            or "cert-manager" in s["metadata"]["name"]] == [labels.KUEUE_OLM.package]
+    assert not [n for n in plan.kind("Namespace") if n["metadata"]["name"] == labels.CERT_MANAGER_OLM.namespace]

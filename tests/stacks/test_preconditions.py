@@ -11,6 +11,7 @@ import pytest
 
 from stacks.config import parse_stack_config
 from stacks.preconditions import (
+    CERT_MANAGER,
     MACHINE_API,
     NODE_TUNING,
     OLM,
@@ -39,6 +40,12 @@ def names(preconditions) -> set[str]:
 
 def test_openshift_needs_olm_and_the_machine_api_and_its_built_in_prometheus() -> None:
     assert names(required_crds(config("dev"))) >= names(OLM + MACHINE_API + PROMETHEUS_OPERATOR)
+
+
+def test_queue_mode_on_openshift_checks_for_cert_manager_only_where_it_uses_the_clusters() -> None:
+    assert not names(required_crds(config("dev", tenancy={"mode": "queue"}))) & names(CERT_MANAGER)
+    assert names(required_crds(config("dev", tenancy={"mode": "queue", "certManager": "existing"}))) >= names(
+        CERT_MANAGER)
 
 
 def test_prometheus_operator_crds_follow_the_monitoring_switch() -> None:

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
+from components import labels
+from fleet.catalog import OPENSHIFT_KUBERNETES
 from stacks.config import ConfigError, parse_stack_config
 from stacks.tenancy import borrowable, guarantees
 from tests.conftest import ROOT, config_values
@@ -52,10 +54,6 @@ def test_quota_mode_is_the_default() -> None:
 
 
 @pytest.mark.parametrize(("stack", "mutate", "expected"), [
-    ("dev", lambda v: (v.update(tenancy={"mode": "queue"}), v["cluster"].update(
-        release="4.19.10", kernel="5.14.0-570.28.1.el9_6.x86_64", nfdOperatorCsv="nfd.4.19.0-202510010101")),
-     "gpu-platform:tenancy.mode: queue needs the Red Hat build of Kueue, whose pinned kueue-operator.v1.4.1 does not "
-     "support OpenShift 4.19 (it supports 4.18, 4.20 of this platform's releases); use quota"),
     ("prod", lambda v: v["tenants"][0].update(queue={"weight": 2}),
      "gpu-platform:tenants[0].queue: applies to tenancy.mode queue; set tenancy.mode: queue or remove it"),
     ("prod", lambda v: (v.update(tenancy={"mode": "queue"}), v["tenants"][0].update(queue={"pools": ["h100"]})),
@@ -72,3 +70,27 @@ def test_tenancy_mistakes_are_one_line_naming_the_field(stack: str, mutate, expe
         parse_stack_config(values)
     assert str(caught.value).startswith(expected)
     assert "\n" not in str(caught.value)
+
+
+def test_queue_mode_is_refused_on_an_openshift_release_the_pinned_kueue_build_is_not_published_for(
+        monkeypatch) -> None:
+    monkeypatch.setattr(labels, "KUEUE_OLM_MINORS", ("4.20",))
+    values = config_values("dev") | {"tenancy": {"mode": "queue"}}
+    with pytest.raises(ConfigError) as caught:
+        parse_stack_config(values)
+    assert str(caught.value) == (
+        "gpu-platform:tenancy.mode: queue needs the Red Hat build of Kueue, whose pinned kueue-operator.v1.4.1 is "
+        "not published for OpenShift 4.18 (only 4.20); use quota")
+
+
+def test_queue_mode_is_offered_on_every_openshift_release_this_platform_supports() -> None:
+    assert set(OPENSHIFT_KUBERNETES) <= set(labels.KUEUE_OLM_MINORS)
+    assert parse_stack_config(config_values("dev") | {"tenancy": {"mode": "queue"}}).tenancy.mode == "queue"
+
+
+@pytest.mark.parametrize(("stack", "tenancy"), [("dev", {"certManager": "existing"}),
+                                                 ("prod", {"mode": "queue", "certManager": "install"})])
+def test_cert_manager_is_a_setting_of_queue_mode_on_openshift_only(stack: str, tenancy: dict[str, str]) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_stack_config(config_values(stack) | {"tenancy": tenancy})
+    assert str(caught.value).startswith("gpu-platform:tenancy.certManager: applies to tenancy.mode queue on OpenShift")
