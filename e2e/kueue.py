@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from components import labels
-from components.kueue import configuration
+from components.kueue import FAIR_SHARING, configuration
 from e2e.cluster import TOOLS, ControlPlane, free_port
 from e2e.kube import Kube, wait_for
 
@@ -93,8 +93,8 @@ def as_red_hat_operator_configures(instance: dict[str, Any]) -> dict[str, Any]:
         "integrations": {"frameworks": [frameworks[name] for name in config["integrations"]["frameworks"]]},
         "managedJobsNamespaceSelector": {"matchLabels": {labels.KUEUE_MANAGED_LABEL: "true"}},
         "manageJobsWithoutQueueName": config["workloadManagement"]["labelPolicy"] == "None",
-        **({"fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}}
-           if config["preemption"]["preemptionPolicy"] == "FairSharing" else {}),
+        # FairSharing: the strategies the chart is given too (Kueue's documented defaults, buildFairSharing).
+        **({"fairSharing": FAIR_SHARING} if config["preemption"]["preemptionPolicy"] == "FairSharing" else {}),
     }
 
 

@@ -839,11 +839,12 @@ class StackConfig(StrictModel):
     def _check_tenancy(self) -> None:
         """Queue settings only in `queue` mode, naming pools that exist; `queue` only where Kueue is installed."""
         queue = self.tenancy.mode == "queue"
-        if queue and self.cluster.flavor == "openshift" and self.cluster.minor not in labels.KUEUE_OLM_MINORS:
+        red_hat_build = queue and self.cluster.flavor == "openshift"
+        if red_hat_build and self.cluster.minor not in labels.KUEUE_OLM_MINORS:
             raise _field_error(("tenancy", "mode"), (
                 f"queue needs the Red Hat build of Kueue, whose pinned {labels.KUEUE_OLM.csv} is not published "
                 f"for OpenShift {self.cluster.minor} (only {', '.join(labels.KUEUE_OLM_MINORS)}); use quota"))
-        if "cert_manager" in self.tenancy.model_fields_set and not (queue and self.cluster.flavor == "openshift"):
+        if "cert_manager" in self.tenancy.model_fields_set and not red_hat_build:
             raise _field_error(("tenancy", "certManager"), (
                 "applies to tenancy.mode queue on OpenShift, where the Red Hat build of Kueue needs cert-manager; "
                 "remove it"))

@@ -84,7 +84,7 @@ def required_crds(config: StackConfig) -> tuple[Precondition, ...]:
         needed += OLM + MACHINE_API
         if any(getattr(pool, "profile", None) for pool in config.node_pools):
             needed += NODE_TUNING
-        if config.tenancy.mode == "queue" and config.tenancy.cert_manager == "existing":
+        if config.tenancy.cert_manager == "existing":  # a setting of queue mode on OpenShift only
             needed += CERT_MANAGER
     if any(getattr(tenant, "networks", ()) for tenant in config.tenants):
         needed += MULTUS
