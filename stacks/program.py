@@ -10,16 +10,13 @@ import pulumi_kubernetes as k8s
 
 from fleet.kernels import KernelInventory, KernelTarget, ObservedNode
 from stacks.config import PROJECT, ClusterConfig, ConfigError, StackConfig, load_stack_config
-from stacks.byo_nodes import check_byo_nodes, read_byo_nodes
-from stacks.deadline import Deadline
-from stacks.discovery import read_live_nodes
 from stacks.gpu_platform import GpuPlatform
-from stacks.preconditions import check_crds, required_crds
+from stacks.part import Part
 from stacks.preflight import check_driver_images
 
 
 def build(config: StackConfig, observed: Iterable[ObservedNode] | None = None, *, discover: bool = False,
-          preflight: bool = False, previous: Iterable[KernelTarget] = ()) -> GpuPlatform:
+          preflight: bool = False, previous: Iterable[KernelTarget] = (), part: Part | None = None) -> GpuPlatform:
     """Compose the platform for a validated config and the nodes observed on the cluster, and export outputs.
 
     Args:
@@ -30,9 +27,16 @@ def build(config: StackConfig, observed: Iterable[ObservedNode] | None = None, *
             bring-your-own pools (stacks/byo_nodes.py).
         preflight: check every driver image exists before any resource is registered.
         previous: kernels that had a driver before this change; kept while no node inventory says otherwise.
+        part: register only this part of the tenants (and everything else); None, under the Pulumi CLI: all.
     """
     _refuse_provider_keys(config.cluster)
     if discover and config.cluster.discovery.enabled:
+        # The Kubernetes client loads only here: an offline render never reads the cluster (9 MB less).
+        from stacks.byo_nodes import check_byo_nodes, read_byo_nodes
+        from stacks.deadline import Deadline
+        from stacks.discovery import read_live_nodes
+        from stacks.preconditions import check_crds, required_crds
+
         # What the stack needs and does not install is checked before anything is registered; the CRD check and the
         # node reads share one deadline, so discovery as a whole takes at most timeoutSeconds.
         deadline = Deadline(config.cluster.discovery.timeout_seconds)
@@ -50,7 +54,7 @@ def build(config: StackConfig, observed: Iterable[ObservedNode] | None = None, *
     if preflight:
         check_driver_images({target: config.driver_release.image(target) for target in inventory.targets})
     platform = GpuPlatform("gpu-platform", config, inventory,
-                           pulumi.ResourceOptions(providers=providers(config)))
+                           pulumi.ResourceOptions(providers=providers(config)), part)
     for key, value in platform.outputs.items():
         pulumi.export(key, value)
     return platform

@@ -284,3 +284,16 @@ def test_a_deeply_nested_pull_secret_is_one_line(tmp_path: Path) -> None:
 
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert "is not a .dockerconfigjson document" in result.stderr and "RecursionError" not in result.stderr
+
+
+def test_an_offline_render_loads_no_kubernetes_client(tmp_path) -> None:
+    probe = (
+        "import sys\n"
+        "from gpuctl.__main__ import main\n"
+        f"main(['render', '--stack', 'onprem', '--out', {str(tmp_path / 'out')!r}, '--offline'])\n"
+        "print('kubernetes' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "False"

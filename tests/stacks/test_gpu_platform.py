@@ -14,7 +14,7 @@ from fleet.kernels import KernelTarget, ObservedNode
 from gpuctl.render import render_plan
 from gpuctl.runtime import run_program
 from gpuctl.stackfile import stack_file_from_config
-from stacks import program
+from stacks import discovery, preconditions, program
 from stacks.config import ConfigError, parse_stack_config
 from tests.conftest import Plan, config_values, render_stack, stack_config
 
@@ -418,8 +418,9 @@ def run_with_discovery(enabled: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[
     warnings: list[str] = []
     reads: list[Any] = []
     monkeypatch.setattr(pulumi.log, "warn", lambda message, *args, **kwargs: warnings.append(message))
-    monkeypatch.setattr(program, "read_live_nodes", lambda discovery, deadline=None: reads.append(discovery) or [])
-    monkeypatch.setattr(program, "check_crds", lambda discovery, needed, deadline=None: reads.append(needed))
+    # The program imports them when it reads the cluster, from their modules
+    monkeypatch.setattr(discovery, "read_live_nodes", lambda discovery, deadline=None: reads.append(discovery) or [])
+    monkeypatch.setattr(preconditions, "check_crds", lambda discovery, needed, deadline=None: reads.append(needed))
     config = stack_config("prod")
     config["gpu-platform:cluster"]["discovery"] = {"enabled": enabled}
     config["gpu-platform:preflight"] = False
