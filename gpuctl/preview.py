@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -15,14 +17,15 @@ from typing import Any
 from gpuctl import basecache, check, report, summary
 from gpuctl import diff as plan_diff
 from gpuctl.children import Child, wait_all
-from gpuctl.cli import (BAD_INPUT, OK, ROOT, VIOLATION, add_format_arguments, add_stack_arguments, console,
+from gpuctl.cli import (OK, ROOT, VIOLATION, add_format_arguments, add_stack_arguments, console,
                         empty_plan, observed_nodes, output_format_of, stack_file)
 from gpuctl.render import render_plan, stream_plan
 from gpuctl.runtime import fingerprinted_secrets
 from gpuctl.stackfile import StackFile, load_stack_file, stack_file_path
 from fleet.kernels import KernelTarget, ObservedNode
-from stacks.config import ConfigError, config_from_stack_file
+from stacks.config import PROJECT, ConfigError, config_from_stack_file
 from stacks.inventory import node_list
+from stacks.part import Part
 from stacks.preflight import PreflightError, RegistryUnreachable, check_driver_images
 
 
@@ -49,9 +52,10 @@ def render_both(args: argparse.Namespace, head: StackFile,
     """The plans of the stack at `--base` and in the working tree.
 
     The base renders with the program and stack file as they are at that commit, in a scratch folder, unless the
-    cache holds its plan. With --jobs 2 the head renders in a fork at the same time, its base kernels (which
-    drivers to keep) read from the base's stack file; when the base's plan says otherwise, the head renders
-    again, so the result is the same either way.
+    cache holds its plan. With --jobs 2 or more the head renders in forks at the same time: its base kernels (which
+    drivers to keep) read from the base's stack file, and, in the processes the base leaves free, in parts of
+    the tenants (`head_parts`). When the base's plan says other kernels, or a part fails or the parts disagree,
+    the head renders again in this process, so the result is the same either way.
     """
     commit = resolve(args.base)
     observed_json = Path(args.observed_nodes).read_bytes() if args.observed_nodes else None
@@ -60,29 +64,42 @@ def render_both(args: argparse.Namespace, head: StackFile,
     online = not args.offline
     with tempfile.TemporaryDirectory(prefix="gpuctl-base-") as scratch:
         work = Path(scratch)
-        children: list[Child] = []
+        base: list[Child] = []
+        parts: list[Child] = []
         try:
             previous = base_kernels(old) if old is not None else None
             if old is None:
                 _extract(commit, work / "tree")
                 if stack_file_path(work / "tree", args.stack).is_file():
-                    children.append(_start_base(args, work))
+                    base.append(_start_base(args, work))
                     previous = _declared_kernels(work / "tree", args.stack, observed)
                 else:
                     old, previous = empty_plan(args.stack), []
             if args.jobs > 1 and previous is not None:
-                children.append(Child.fork(lambda: _render_head(head, observed, online, previous, work / "head")))
-            wait_all(children)
+                count = head_parts(head, args.jobs - len(base))
+                parts = [Child.fork(functools.partial(
+                    _render_head, head, observed, online, previous, work / f"head-{index}",
+                    Part(index, count) if count > 1 else None)) for index in range(count)]
+            wait_all([*base, *parts])
             if old is None:
-                old = _base_plan(children[0], args.base, work, entry)
-            if args.jobs > 1 and previous is not None:
-                new = _head_plan(children[-1], work / "head")
-                if set(previous) == set(base_kernels(old)):
-                    return old, new
+                old = _base_plan(base[0], args.base, work, entry)
+            new, said = _head_plan(parts, work) if parts else (None, "")
+            if new is not None and set(previous) == set(base_kernels(old)):
+                sys.stderr.write(said)
+                return old, new
             return old, render_plan(head, observed, online=online, previous=base_kernels(old))
         finally:
-            for child in children:
+            for child in (*base, *parts):
                 child.kill()
+
+
+TENANTS_PER_PART = 100  # each part registers everything but the tenants again: fewer tenants are not worth it
+
+
+def head_parts(head: StackFile, processes: int) -> int:
+    """In how many processes the head renders: at most `processes`, and at least TENANTS_PER_PART tenants each."""
+    tenants = head.config.get(f"{PROJECT}:tenants")
+    return max(1, min(processes, len(tenants) // TENANTS_PER_PART if isinstance(tenants, list) else 0))
 
 
 def _start_base(args: argparse.Namespace, work: Path) -> Child:
@@ -119,25 +136,39 @@ def _declared_kernels(tree: Path, stack: str, observed: list[ObservedNode] | Non
 
 
 def _render_head(head: StackFile, observed: list[ObservedNode] | None, online: bool,
-                 previous: list[KernelTarget], out: Path) -> int:
-    """In the forked child: render the head and stream its plan to `out`; bad input goes to out.error (exit 2)."""
-    try:
-        plan = render_plan(head, observed, online=online, previous=previous)
-    except ConfigError as error:
-        out.with_suffix(".error").write_text(str(error))
-        return BAD_INPUT
+                 previous: list[KernelTarget], out: Path, part: Part | None) -> int:
+    """In a forked child: render the head (or a part of it) and stream its plan to `out`, what it says to
+    out.stderr. A failure is not reported from here: gpuctl renders the head again in its own process, which
+    says what a render says."""
+    os.dup2(os.open(out.with_suffix(".stderr"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 2)
+    plan = render_plan(head, observed, online=online, previous=previous, part=part)
     with open(out, "w") as stream:
         stream_plan(plan, stream)
     return OK
 
 
-def _head_plan(child: Child, out: Path) -> dict[str, Any]:
-    if child.returncode == BAD_INPUT and out.with_suffix(".error").is_file():
-        raise ConfigError(out.with_suffix(".error").read_text())
-    if child.returncode != OK:
-        raise RuntimeError(f"rendering the working tree's stack failed (exit {child.returncode}); see above")
-    with open(out, "rb") as plan:
-        return json.load(plan)
+def _head_plan(parts: list[Child], work: Path) -> tuple[dict[str, Any] | None, str]:
+    """The head's plan from its parts and what its render said on stderr; no plan when a part failed or the parts
+    disagree on what they all register (a resource, the outputs) or say."""
+    if any(child.returncode != OK for child in parts):
+        return None, ""
+    said = {(work / f"head-{index}.stderr").read_text() for index in range(len(parts))}
+    plans = []
+    for index in range(len(parts)):
+        with open(work / f"head-{index}", "rb") as stream:
+            plans.append(json.load(stream))
+    first, *others = plans
+    by_urn = {record["urn"]: record for record in first["resources"]}
+    for plan in others:
+        if plan["outputs"] != first["outputs"]:
+            return None, ""
+        for record in plan["resources"]:
+            if by_urn.setdefault(record["urn"], record) != record:
+                return None, ""
+    if len(said) != 1:
+        return None, ""
+    return ({**first, "resources": sorted(by_urn.values(), key=lambda record: record["urn"])} if others else first,
+            said.pop())
 
 
 def _extract(commit: str, tree: Path) -> None:
@@ -282,6 +313,16 @@ def _preview(args: argparse.Namespace, head: StackFile) -> int:
     return outcome
 
 
+def usable_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def jobs(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: pass a whole number of processes, 1 or more")
+    return int(value)
+
+
 def register(commands) -> None:
     parser = commands.add_parser("preview", help="render + diff against a git ref + policies: the PR view")
     add_stack_arguments(parser, config_file=False)
@@ -289,9 +330,10 @@ def register(commands) -> None:
     add_format_arguments(parser)
     parser.add_argument("--offline", action="store_true", help="skip the registry preflight and live discovery")
     parser.add_argument("--policy-config", metavar="FILE", help="policy pack config (JSON), as for `gpuctl check`")
-    parser.add_argument("--jobs", type=int, choices=(1, 2), default=2,
-                        help="2 (default): render the base and the head at once, in two processes; 1: in turn, "
-                             "with half the memory in use at a time")
+    parser.add_argument("--jobs", type=jobs, default=usable_cpus(), metavar="N",
+                        help="render processes at once (default: this machine's CPUs): the base and the head at "
+                             "once, and a stack of many tenants in parts; 1: in turn, in one process, with the least "
+                             "memory in use")
     parser.add_argument("--no-cache", action="store_true",
                         help=f"render the base even when the cache ({basecache.folder()}) holds its plan")
     parser.add_argument("--json-file", metavar="FILE", help="also write the whole review as JSON to FILE (the "

@@ -24,6 +24,7 @@ from gpuctl.runtime import run_program
 from gpuctl.stackfile import StackFile
 from stacks.config import ConfigError, load_stack_config
 from fleet.kernels import KernelTarget, ObservedNode
+from stacks.part import Part
 from stacks.preflight import RegistryUnreachable, check_driver_images
 
 KUBERNETES_TYPE = re.compile(r"^kubernetes:(?P<group>[^:]+):(?P<kind>[^:]+)$")
@@ -34,16 +35,19 @@ PLAIN_LENGTH = 60
 
 
 def render_plan(stack_file: StackFile, observed: list[ObservedNode] | None = None, *,
-                online: bool = False, previous: list[KernelTarget] | None = None) -> dict[str, Any]:
+                online: bool = False, previous: list[KernelTarget] | None = None,
+                part: Part | None = None) -> dict[str, Any]:
     """Run the program for this stack; config errors surface as ConfigError before any resource registers.
 
     Online, a stack that enables discovery reads its GPU nodes live when no node list was given. Kernels of
-    `previous` (an earlier revision's) keep their drivers unless a node inventory shows no node on them.
+    `previous` (an earlier revision's) keep their drivers unless a node inventory shows no node on them. With
+    `part`, only that part of the tenants registers (and everything else).
     """
     from stacks.program import build  # the providers load only for commands that run the program
 
     return run_program(stack_file.stack, stack_file.config, stack_file.secret_keys,
-                       lambda: build(load_stack_config(), observed, discover=online, previous=previous or ()))
+                       lambda: build(load_stack_config(), observed, discover=online, previous=previous or (),
+                                     part=part))
 
 
 def preflight(plan: dict[str, Any], offline: bool) -> str:

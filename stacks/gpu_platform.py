@@ -24,6 +24,7 @@ from components.tenant_network import TenantNetwork, network_admission_args
 from components.tenant_quota import TenantQuota, TenantQuotaArgs, self_provisioning_off, tenant_role
 from fleet.kernels import KernelInventory
 from stacks.config import NodePoolConfig, StackConfig
+from stacks.part import Part
 from stacks.tenancy import borrowable, guarantees
 from stacks.tuning import PoolTuning, node_profile, tenant_network_args
 
@@ -35,7 +36,7 @@ class GpuPlatform(pulumi.ComponentResource):
     kernel; monitoring after the operator; priority classes and the tenant admission policy -> tenants."""
 
     def __init__(self, name: str, config: StackConfig, inventory: KernelInventory,
-                 opts: pulumi.ResourceOptions | None = None):
+                 opts: pulumi.ResourceOptions | None = None, part: Part | None = None):
         super().__init__("gpu-platform:index:GpuPlatform", name, None, opts)
         cluster = config.cluster
         flavor = cluster.flavor
@@ -110,6 +111,7 @@ class GpuPlatform(pulumi.ComponentResource):
                                           config.charts.mirror, cli_image,
                                           install_cert_manager=config.tenancy.cert_manager == "install"),
                       pulumi.ResourceOptions(parent=self)) if queued else None
+        tenants = part.tenants(config.tenants) if part else config.tenants  # those this process registers
         self.tenants = {
             tenant.name: TenantQuota(f"tenant-{tenant.name}", TenantQuotaArgs(
                 name=tenant.name, gpus=tenant.gpus, priority_class=tenant.priority_class, group=tenant.rbac_group,
@@ -117,18 +119,18 @@ class GpuPlatform(pulumi.ComponentResource):
                 protect=not tenant.retired, gpu_quota=not queued, kueue_managed=queued and openshift,
             ), pulumi.ResourceOptions(parent=self, depends_on=[*priority_classes, role, admission, network_admission,
                                                                *([kueue] if kueue else [])]))
-            for tenant in config.tenants
+            for tenant in tenants
         }
         shares = guarantees(config) if queued else {}
         lendable = borrowable(config, shares)
-        for tenant in config.tenants if queued else ():
+        for tenant in tenants if queued else ():
             TenantQueue(f"tenant-{tenant.name}-queue", TenantQueueArgs(
                 tenant=tenant.name, cohort=config.tenancy.cohort, nominal=shares[tenant.name],
                 borrowing_limit=tenant.queue.borrowing_limit, lending_limit=tenant.queue.lending_limit,
                 weight=tenant.queue.weight,
                 compute={"cpu": tenant.cpu, "memory": tenant.memory} if openshift else None,
             ), pulumi.ResourceOptions(parent=self, depends_on=[self.tenants[tenant.name], kueue.installed]))
-        for tenant in config.tenants:
+        for tenant in tenants:
             for network in tenant.networks:
                 TenantNetwork(f"tenant-{tenant.name}-network-{network.name}", tenant_network_args(tenant, network),
                               pulumi.ResourceOptions(parent=self,

@@ -14,7 +14,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
+from gpuctl.preview import TENANTS_PER_PART, head_parts
+from gpuctl.stackfile import StackFile
 from tests.conftest import ROOT
 
 OLD_KERNEL = "6.8.0-1021-aws"  # prod: l4-inference and a10g-batch boot it
@@ -32,12 +35,18 @@ def git(repo: Path, *args: str) -> str:
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
     """A repository holding the project as it is now, committed once."""
-    repo = tmp_path_factory.mktemp("preview") / "repo"
+    return project_repository(tmp_path_factory.mktemp("preview") / "repo")
+
+
+def project_repository(repo: Path, stacks: dict[str, dict] | None = None) -> Path:
+    """The project as it is now, and these stack files, committed once in `repo`."""
     files = git(ROOT, "ls-files", "--cached", "--others", "--exclude-standard").split()
     for name in files:
         if (ROOT / name).is_file():
             (repo / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, repo / name)
+    for stack, document in (stacks or {}).items():
+        (repo / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(document))
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
     git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "base")
@@ -268,6 +277,70 @@ def test_the_output_is_the_same_with_and_without_the_cache_and_concurrency(edit_
     assert len(entry.read_bytes()) > 100 and json.loads(entry.read_bytes().split(b"\n", 1)[1])["stack"] == "prod"
 
 
+def many_tenants() -> dict:
+    """onprem in queue mode with enough tenants for the head to render in two parts, every third with a network."""
+    document = yaml.safe_load((ROOT / "Pulumi.onprem.yaml").read_text())
+    config = document["config"]
+    config["gpu-platform:tenancy"] = {"mode": "queue", "cohort": "gpu-tenants"}
+    for tenant in config["gpu-platform:tenants"]:
+        tenant.update(gpus=1, queue={"pools": ["dgx-a100"]})
+    config["gpu-platform:tenants"] += [{
+        "name": f"team-{index:03}", "gpus": 0, "queue": {"pools": ["l40s-inference"]}, **({"networks": [{
+            "name": "collective", "type": "macvlan", "master": f"ens6f1.{100 + index}", "mode": "bridge",
+            "ipam": {"type": "whereabouts", "range": f"10.30.{index}.0/24"}}]} if index % 3 == 0 else {}),
+    } for index in range(2 * TENANTS_PER_PART)]
+    return document
+
+
+def forks_seen(process: subprocess.Popen) -> int:
+    """The most children `process` had at once, watched until it exits (a fork keeps gpuctl's command line)."""
+    most = 0
+    while process.poll() is None:
+        with contextlib.suppress(OSError):
+            children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+            most = max(most, sum(b"preview" in Path(f"/proc/{child}/cmdline").read_bytes() for child in children))
+        time.sleep(0.01)
+    return most
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="watches the preview's children through /proc")
+def test_a_head_rendered_in_parts_previews_as_one_render(tmp_path, base_plan_cache):
+    """Tenants (quotas, queues, networks) spread over parts, each part registering the rest again: the preview
+    must not tell, warnings included (each part warns; the user reads it once)."""
+    document = many_tenants()
+    repo = project_repository(tmp_path / "repo", {"many": document})
+    tenants = document["config"]["gpu-platform:tenants"]
+    del tenants[5]
+    tenants[7]["gpus"] = 2
+    tenants.append({"name": "newcomer", "gpus": 0, "queue": {"pools": ["dgx-a100"]}})
+    for pool in document["config"]["gpu-platform:nodePools"]:
+        pool["kernel"] = "5.15.0-130-generic"
+    (repo / "Pulumi.many.yaml").write_text(yaml.safe_dump(document))
+    nodes = tmp_path / "nodes.json"  # a node on a kernel no pool declares: a warning
+    nodes.write_text(json.dumps({"apiVersion": "v1", "kind": "NodeList", "items": [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1", "labels": {
+            "feature.node.kubernetes.io/pci-10de.present": "true",
+            "feature.node.kubernetes.io/kernel-version.full": "5.15.0-119-generic",
+            "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
+            "feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04"}}}]}))
+    command = ["--stack", "many", "--base", "HEAD", "--offline", "--observed-nodes", str(nodes)]
+
+    serial = preview(repo, *command, "--jobs", "1", "--no-cache")
+    assert "kernel 5.15.0-119-generic" in serial.stderr and "newcomer" in serial.stdout
+    cold = preview(repo, *command, "--jobs", "3")  # the base, and the head in two parts
+    with open(tmp_path / "out", "w+") as stdout, open(tmp_path / "err", "w+") as stderr:  # pipes could fill
+        warm = subprocess.Popen([sys.executable, "-m", "gpuctl", "preview", *command, "--jobs", "2"], cwd=repo,
+                                stdout=stdout, stderr=stderr)
+        forks = forks_seen(warm)
+    warm_run = subprocess.CompletedProcess(warm.args, warm.returncode, (tmp_path / "out").read_text(),
+                                           (tmp_path / "err").read_text())
+
+    assert forks == 2, "the cached base left both processes to the head, in two parts"
+    assert serial.stderr.count("kernel 5.15.0-119-generic") == 1
+    for run in (cold, warm_run):
+        assert (run.returncode, run.stdout, run.stderr) == (serial.returncode, serial.stdout, serial.stderr)
+
+
 def _alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
@@ -280,7 +353,8 @@ def _alive(pid: int) -> bool:
 def test_a_stopped_preview_takes_both_renders_with_it(repo, tmp_path, signum) -> None:
     # Ctrl-C as a terminal sends it: Python ignores SIGINT when started with it ignored (a background job's)
     process = subprocess.Popen([sys.executable, "-m", "gpuctl", "preview", "--stack", "prod", "--base", "HEAD",
-                                "--offline"], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                "--offline", "--jobs", "2"], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True,
                                env={**os.environ, "TMPDIR": str(tmp_path)},
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     children: list[str] = []
@@ -491,3 +565,20 @@ def test_a_base_with_fingerprinted_secrets_is_not_cached_so_a_later_run_shows_no
     assert [run.returncode for run in runs] == [0, 0], runs[0].stderr
     assert [json.loads(run.stdout)["steps"] for run in runs] == [[], []]
     assert list(base_plan_cache.glob("*.json")) == []
+
+
+@pytest.mark.parametrize(("tenants", "processes", "parts"), [
+    (2 * TENANTS_PER_PART, 2, 2), (2 * TENANTS_PER_PART - 1, 2, 1), (10 * TENANTS_PER_PART, 3, 3),
+    (10 * TENANTS_PER_PART, 1, 1), (0, 4, 1), ("not a list", 4, 1)])
+def test_the_head_renders_in_parts_of_at_least_a_hundred_tenants(tenants, processes, parts) -> None:
+    names = [{"name": f"t{index}"} for index in range(tenants)] if isinstance(tenants, int) else tenants
+    head = StackFile("many", {"gpu-platform:tenants": names}, [])
+    assert head_parts(head, processes) == parts
+
+
+@pytest.mark.parametrize("jobs", ["0", "-1", "two"])
+def test_jobs_takes_one_or_more_processes(repo, jobs) -> None:
+    result = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline", "--jobs", jobs)
+    assert result.returncode == 2
+    assert result.stderr == (f"error: gpuctl preview: argument --jobs: '{jobs}': pass a whole number of processes, "
+                             "1 or more\n")
