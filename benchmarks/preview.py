@@ -12,6 +12,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,25 +61,39 @@ def tree_pss(pid: int) -> int:
     return total
 
 
-def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> Run:
-    """Run `argv` to its end; a failure (an exit code other than 0, or 1 for changes or violations found) stops
-    the benchmark."""
+def measured(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
+             before: Callable[[], None] = lambda: None) -> Run:
+    """Wall and CPU time, the best of REPEATS runs of `argv`, each after `before()`; then one more run whose
+    processes' memory is sampled all along. Sampling is not free (reading a large process's smaps_rollup takes
+    about 12 ms and holds its memory map's lock), so no timed run samples."""
+    timed = best([run(argv, cwd, env, before) for _ in range(REPEATS)])
+    sampled = run(argv, cwd, env, before, sample=True)
+    return Run(timed.wall, timed.cpu, min(timed.largest, sampled.largest), sampled.together)
+
+
+def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None, before: Callable[[], None] = lambda: None,
+        sample: bool = False) -> Run:
+    """Run `argv` to its end (after `before()`, untimed), sampling the memory of all its processes when asked; a
+    failure (an exit code other than 0, or 1 for changes or violations found) stops the benchmark."""
+    before()
     with tempfile.TemporaryFile() as errors:
         start = time.perf_counter()
         process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=errors,
                                    env={**os.environ, **(env or {})})
         peak, done = [0], threading.Event()
 
-        def sample() -> None:
+        def sampling() -> None:
             while not done.wait(SAMPLE):
                 peak[0] = max(peak[0], tree_pss(process.pid))
 
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
+        sampler = threading.Thread(target=sampling, daemon=True)
+        if sample:
+            sampler.start()
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.perf_counter() - start
         done.set()
-        sampler.join()
+        if sample:
+            sampler.join()
         process.returncode = os.waitstatus_to_exitcode(status)
         if process.returncode not in (0, 1):
             errors.seek(0)
@@ -119,32 +134,31 @@ def measure(stack: str, repo: Path, work: Path) -> dict:
     gpuctl = [sys.executable, "-m", "gpuctl"]
     out = work / f"render-{stack}"
 
-    def render() -> Run:
-        shutil.rmtree(out, ignore_errors=True)
-        return run([*gpuctl, "render", "--stack", stack, "--out", str(out), "--offline"], repo)
-
     preview = [*gpuctl, "preview", "--stack", stack, "--base", "HEAD", "--offline", "--format", "json"]
+    empty = work / f"cache-{stack}-empty"
+    cache = work / f"cache-{stack}"
 
-    def cold() -> Run:
-        with tempfile.TemporaryDirectory(dir=work) as cache:
-            return run(preview, repo, {"GPUCTL_CACHE_DIR": cache})
-
-    rendered = best([render() for _ in range(REPEATS)])
+    rendered = measured([*gpuctl, "render", "--stack", stack, "--out", str(out), "--offline"], repo,
+                        before=lambda: shutil.rmtree(out, ignore_errors=True))
     plan = load_plan(out)
     count = len(plan["resources"])
     mean_input = sum(len(json.dumps(r["inputs"])) for r in plan["resources"]) // count
     del plan
-    cache = work / f"cache-{stack}"
     run(preview, repo, {"GPUCTL_CACHE_DIR": str(cache)})  # fills the cache
-    return {"stack": stack, "resources": count, "render": rendered, "cold": best([cold() for _ in range(REPEATS)]),
-            "warm": best([run(preview, repo, {"GPUCTL_CACHE_DIR": str(cache)}) for _ in range(REPEATS)]),
-            "floor": best([run([sys.executable, "-c", FLOOR, str(count), str(mean_input)], ROOT)
-                           for _ in range(REPEATS)])}
+    return {"stack": stack, "resources": count, "render": rendered,
+            "cold": measured(preview, repo, {"GPUCTL_CACHE_DIR": str(empty)},
+                             before=lambda: shutil.rmtree(empty, ignore_errors=True)),
+            "warm": measured(preview, repo, {"GPUCTL_CACHE_DIR": str(cache)}),
+            # in turn, in one process, for a runner with one core or little memory (cold: the larger)
+            "serial": run([*preview, "--jobs", "1"], repo, {"GPUCTL_CACHE_DIR": str(empty)},
+                          lambda: shutil.rmtree(empty, ignore_errors=True), sample=True),
+            "floor": measured([sys.executable, "-c", FLOOR, str(count), str(mean_input)], ROOT)}
 
 
 HEADER = ("| stack | resources | render s | preview cold s | ratio | preview warm s | ratio | render CPU s "
           "| preview cold CPU s | floor MB | render MB | preview MB (largest process) | ratio "
-          "| preview PSS MB (all processes) | ratio to the floor's PSS |\n|---|" + "---:|" * 14)
+          "| preview PSS MB (all processes) | ratio to the floor's PSS | `--jobs 1` PSS MB | ratio "
+          "|\n|---|" + "---:|" * 16)
 
 
 def table_row(row: dict) -> str:
@@ -155,7 +169,8 @@ def table_row(row: dict) -> str:
              f"{cold.wall / render.wall:.2f}", f"{warm.wall:.1f}", f"{warm.wall / render.wall:.2f}",
              f"{render.cpu:.1f}", f"{cold.cpu:.1f}",
              f"{floor.largest:.0f}", f"{render.largest:.0f}", f"{peak:.0f}", f"{peak / floor.largest:.2f}",
-             f"{together:.0f}", f"{together / floor.together:.2f}"]
+             f"{together:.0f}", f"{together / floor.together:.2f}",
+             f"{row['serial'].together:.0f}", f"{row['serial'].together / floor.together:.2f}"]
     return "| " + " | ".join(cells) + " |"
 
 

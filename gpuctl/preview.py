@@ -153,6 +153,8 @@ def _head_plan(parts: list[Child], work: Path) -> tuple[dict[str, Any] | None, s
     if any(child.returncode != OK for child in parts):
         return None, ""
     said = {(work / f"head-{index}.stderr").read_text() for index in range(len(parts))}
+    if len(said) != 1:
+        return None, ""
     plans = []
     for index in range(len(parts)):
         with open(work / f"head-{index}", "rb") as stream:
@@ -165,8 +167,6 @@ def _head_plan(parts: list[Child], work: Path) -> tuple[dict[str, Any] | None, s
         for record in plan["resources"]:
             if by_urn.setdefault(record["urn"], record) != record:
                 return None, ""
-    if len(said) != 1:
-        return None, ""
     return ({**first, "resources": sorted(by_urn.values(), key=lambda record: record["urn"])} if others else first,
             said.pop())
 

@@ -18,7 +18,7 @@ def test_smoke_size_times_render_preview_and_floor(monkeypatch, capsys) -> None:
 
     (row,) = rows.values()
     assert row["stack"] == "fleet-150" and row["resources"] >= 150
-    for run in (row["render"], row["cold"], row["warm"], row["floor"]):
+    for run in (row["render"], row["cold"], row["warm"], row["floor"], row["serial"]):
         assert run.wall > 0 and run.cpu > 0 and run.largest > 0 and run.together > 0
     printed = capsys.readouterr().out
     assert HEADER in printed and table_row(row) in printed

@@ -340,6 +340,14 @@ def test_a_head_rendered_in_parts_previews_as_one_render(tmp_path, base_plan_cac
     for run in (cold, warm_run):
         assert (run.returncode, run.stdout, run.stderr) == (serial.returncode, serial.stdout, serial.stderr)
 
+    tenants[-1]["networks"] = tenants[0]["networks"]  # two tenants on one interface: every part refuses it
+    (repo / "Pulumi.many.yaml").write_text(yaml.safe_dump(document))
+    refused = [preview(repo, *command, "--jobs", jobs) for jobs in ("1", "2")]
+    assert refused[0].returncode == 2 and refused[0].stderr.count("\n") == 1, refused[0].stderr
+    assert "share host interface" in refused[0].stderr
+    assert (refused[1].returncode, refused[1].stdout, refused[1].stderr) == (
+        refused[0].returncode, refused[0].stdout, refused[0].stderr)
+
 
 def _alive(pid: int) -> bool:
     try:
