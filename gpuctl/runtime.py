@@ -224,7 +224,7 @@ def _settled(program: Callable[[], Any]) -> Callable[[], Any]:
     return run
 
 
-# SHA-256 of the source of the SDK's `rpc.contains_unknowns` that `_acyclic_contains_unknowns` replaces.
+# SHA-256 of the source of the SDK's `rpc.contains_unknowns` that `acyclic_contains_unknowns` replaces.
 SDK_CONTAINS_UNKNOWNS = "1f1f335b6f48b96055607dbb5be2e53b1163e35ec88704c89a41271070017cc8"
 
 

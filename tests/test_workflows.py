@@ -330,3 +330,13 @@ def test_deploy_timeouts_cover_the_longest_waits_of_one_up(deploy):
     waits = helm_seconds / 60 + 10 + (longest_drain // 60 + 10) + 10
     for job_id, job in deploy_jobs(deploy).values():
         assert job["timeout-minutes"] >= waits + 20, f"{job_id}: {job['timeout-minutes']} min < {waits} min of waits"
+
+
+def test_offline_preview_keeps_the_base_plans_between_runs(preview):
+    # A warm base renders only the head: the folder gpuctl reads by default, per stack and base commit.
+    job = preview["jobs"]["offline-preview"]
+    [cache] = steps_using(job, "actions/cache")
+    assert cache["with"]["path"] == "~/.cache/gpuctl/base-plans"
+    assert "${{ matrix.stack }}" in cache["with"]["key"] and "base.sha" in cache["with"]["key"]
+    names = [step.get("name") for step in job["steps"]]
+    assert names.index(cache["name"]) < names.index("gpuctl preview")
