@@ -17,7 +17,7 @@ from typing import Any
 from gpuctl import basecache, check, report, summary
 from gpuctl import diff as plan_diff
 from gpuctl.children import Child, wait_all
-from gpuctl.cli import (OK, ROOT, VIOLATION, add_format_arguments, add_stack_arguments, console,
+from gpuctl.cli import (BAD_INPUT, OK, ROOT, VIOLATION, add_format_arguments, add_stack_arguments, console,
                         empty_plan, observed_nodes, output_format_of, stack_file)
 from gpuctl.render import render_plan, stream_plan
 from gpuctl.runtime import fingerprinted_secrets
@@ -138,10 +138,13 @@ def _declared_kernels(tree: Path, stack: str, observed: list[ObservedNode] | Non
 def _render_head(head: StackFile, observed: list[ObservedNode] | None, online: bool,
                  previous: list[KernelTarget], out: Path, part: Part | None) -> int:
     """In a forked child: render the head (or a part of it) and stream its plan to `out`, what it says to
-    out.stderr. A failure is not reported from here: gpuctl renders the head again in its own process, which
-    says what a render says."""
+    out.stderr, and bad input to out.error (exit 2). Nothing is reported from here: gpuctl decides."""
     os.dup2(os.open(out.with_suffix(".stderr"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 2)
-    plan = render_plan(head, observed, online=online, previous=previous, part=part)
+    try:
+        plan = render_plan(head, observed, online=online, previous=previous, part=part)
+    except ConfigError as error:
+        out.with_suffix(".error").write_text(str(error))
+        return BAD_INPUT
     with open(out, "w") as stream:
         stream_plan(plan, stream)
     return OK
@@ -149,11 +152,18 @@ def _render_head(head: StackFile, observed: list[ObservedNode] | None, online: b
 
 def _head_plan(parts: list[Child], work: Path) -> tuple[dict[str, Any] | None, str]:
     """The head's plan from its parts and what its render said on stderr; no plan when a part failed or the parts
-    disagree on what they all register (a resource, the outputs) or say."""
-    if any(child.returncode != OK for child in parts):
+    disagree on what they all register (a resource, the outputs) or say. Bad input that every part met alike
+    (the config, the cluster's answers) is raised as it is, after what they said: a render says the same."""
+    said = {_read(work / f"head-{index}.stderr") for index in range(len(parts))}
+    codes = {child.returncode for child in parts}
+    if len(said) != 1 or None in said:
         return None, ""
-    said = {(work / f"head-{index}.stderr").read_text() for index in range(len(parts))}
-    if len(said) != 1:
+    if codes == {BAD_INPUT}:
+        refused = {_read(work / f"head-{index}.error") for index in range(len(parts))}
+        if len(refused) == 1 and None not in refused:
+            sys.stderr.write(said.pop())
+            raise ConfigError(refused.pop())
+    if codes != {OK}:
         return None, ""
     plans = []
     for index in range(len(parts)):
@@ -169,6 +179,10 @@ def _head_plan(parts: list[Child], work: Path) -> tuple[dict[str, Any] | None, s
                 return None, ""
     return ({**first, "resources": sorted(by_urn.values(), key=lambda record: record["urn"])} if others else first,
             said.pop())
+
+
+def _read(path: Path) -> str | None:
+    return path.read_text() if path.is_file() else None
 
 
 def _extract(commit: str, tree: Path) -> None:
