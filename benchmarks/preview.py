@@ -86,13 +86,13 @@ def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None, before: C
             while not done.wait(SAMPLE):
                 peak[0] = max(peak[0], tree_pss(process.pid))
 
-        sampler = threading.Thread(target=sampling, daemon=True)
-        if sample:
+        sampler = threading.Thread(target=sampling, daemon=True) if sample else None
+        if sampler:
             sampler.start()
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.perf_counter() - start
         done.set()
-        if sample:
+        if sampler:
             sampler.join()
         process.returncode = os.waitstatus_to_exitcode(status)
         if process.returncode not in (0, 1):
@@ -101,22 +101,27 @@ def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None, before: C
     return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, (peak[0] or usage.ru_maxrss) / 1024)
 
 
-def project_repository(work: Path, fleets: dict[str, dict]) -> Path:
-    """A git repository holding the project as it is now plus the fleets' stack files, committed once; then each
-    fleet's first pool moves to a new kernel (and image) in the working tree."""
-    repo = work / "repo"
+def committed_project(repo: Path, stacks: dict[str, dict] | None = None) -> Path:
+    """A git repository at `repo` holding the project as it is now plus these stack files, committed once."""
     listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, check=True,
                             capture_output=True, text=True).stdout.split()
     for name in listed:
         if (ROOT / name).is_file():
             (repo / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, repo / name)
-    for stack, config in fleets.items():
-        (repo / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump({"config": config}))
+    for stack, document in (stacks or {}).items():
+        (repo / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(document))
     git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
     subprocess.run([*git, "init", "-q", "-b", "main"], cwd=repo, check=True)
     subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
     subprocess.run([*git, "commit", "-q", "-m", "base"], cwd=repo, check=True)
+    return repo
+
+
+def project_repository(work: Path, fleets: dict[str, dict]) -> Path:
+    """The project and the fleets' stack files committed in work/repo; then each fleet's first pool moves to a new
+    kernel (and image) in the working tree."""
+    repo = committed_project(work / "repo", {stack: {"config": config} for stack, config in fleets.items()})
     for stack, config in fleets.items():
         # a kernel upgrade: the new kernel and the image that boots it (one without the other is refused)
         config[f"{PROJECT}:nodePools"][0].update(kernel="6.8.0-1999-aws", image="ami-0999999999999999f")

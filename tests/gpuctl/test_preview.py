@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from benchmarks.preview import committed_project
 from gpuctl.preview import TENANTS_PER_PART, head_parts
 from gpuctl.stackfile import StackFile
 from tests.conftest import ROOT
@@ -35,22 +35,7 @@ def git(repo: Path, *args: str) -> str:
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
     """A repository holding the project as it is now, committed once."""
-    return project_repository(tmp_path_factory.mktemp("preview") / "repo")
-
-
-def project_repository(repo: Path, stacks: dict[str, dict] | None = None) -> Path:
-    """The project as it is now, and these stack files, committed once in `repo`."""
-    files = git(ROOT, "ls-files", "--cached", "--others", "--exclude-standard").split()
-    for name in files:
-        if (ROOT / name).is_file():
-            (repo / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, repo / name)
-    for stack, document in (stacks or {}).items():
-        (repo / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(document))
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "base")
-    return repo
+    return committed_project(tmp_path_factory.mktemp("preview") / "repo")
 
 
 def preview(repo: Path, *args: str) -> subprocess.CompletedProcess:
@@ -308,7 +293,7 @@ def test_a_head_rendered_in_parts_previews_as_one_render(tmp_path, base_plan_cac
     """Tenants (quotas, queues, networks) spread over parts, each part registering the rest again: the preview
     must not tell, warnings included (each part warns; the user reads it once)."""
     document = many_tenants()
-    repo = project_repository(tmp_path / "repo", {"many": document})
+    repo = committed_project(tmp_path / "repo", {"many": document})
     tenants = document["config"]["gpu-platform:tenants"]
     del tenants[5]
     tenants[7]["gpus"] = 2
