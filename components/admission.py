@@ -10,6 +10,7 @@ import pulumi_kubernetes as k8s
 
 from components import labels
 from components.manifests import child_options, metadata
+from fleet.partitioning import MIG_PREFIX, SHARED_GPU
 
 POLICY_NAME = "gpu-platform-tenant-pods"
 GUARD_POLICY_NAME = "gpu-platform-gpu-guard"
@@ -17,9 +18,15 @@ GPU = labels.GPU_RESOURCE
 
 
 def _gpus_in(field: str) -> str:
-    # A quantity, compared as one (Kubernetes CEL's quantity library): "0m" or 0 is no GPU, raw or normalised.
-    return (f"(has(c.resources.{field}) && '{GPU}' in c.resources.{field}"
-            f" && quantity(string(c.resources.{field}['{GPU}'])).isGreaterThan(quantity('0')))")
+    # Any kind of GPU (whole, a share, a MIG slice), as a quantity (Kubernetes CEL's quantity library): "0m" or 0 is
+    # no GPU, raw or normalised.
+    return (f"(has(c.resources.{field}) && c.resources.{field}.exists(k, (k == '{GPU}' || k == '{SHARED_GPU}'"
+            f" || k.startsWith('{MIG_PREFIX}')) && quantity(string(c.resources.{field}[k])).isGreaterThan(quantity('0'))))")
+
+
+def _more_than_one_share(field: str) -> str:
+    return (f"(has(c.resources.{field}) && '{SHARED_GPU}' in c.resources.{field}"
+            f" && quantity(string(c.resources.{field}['{SHARED_GPU}'])).isGreaterThan(quantity('1')))")
 
 
 # CEL, as the API server evaluates it (Kubernetes CEL: `has`, macros, `quantity`, `namespaceObject`, `variables`).
@@ -38,6 +45,8 @@ VARIABLES = {
     "tenantClass": f"has(namespaceObject.metadata.labels) && '{labels.TENANT_PRIORITY_LABEL}' in"
                    f" namespaceObject.metadata.labels ? namespaceObject.metadata.labels['{labels.TENANT_PRIORITY_LABEL}']"
                    " : ''",
+    "namespaceLabels": "has(namespaceObject.metadata.labels) ? namespaceObject.metadata.labels : {}",
+    "tolerations": "has(object.spec.tolerations) ? object.spec.tolerations : []",
 }
 # (expression that must hold, message when it does not)
 VALIDATIONS = [
@@ -61,7 +70,37 @@ VALIDATIONS = [
      f"cdi.k8s.io/ annotations ask the runtime for devices outside the quota; request {GPU} instead"),
     ("!has(object.spec.resourceClaims) || size(object.spec.resourceClaims) == 0",
      f"resource claims (DRA) are not offered to tenants: GPUs come as {GPU} under the tenant's quota"),
+    # k8s-device-plugin v0.20.0 internal/rm/rm.go: with failRequestsGreaterThanOne the kubelet's allocation of more
+    # than one share fails, after the scheduler placed the pod.
+    (f"!variables.containers.exists(c, has(c.resources) && ({_more_than_one_share('limits')}"
+     f" || {_more_than_one_share('requests')}))",
+     f"a container may ask for one {SHARED_GPU}: a share is a time slice of one GPU, and the device plugin refuses "
+     f"more than one per container; ask for whole GPUs ({GPU}) or a MIG slice for more"),
+    (f"!variables.tolerations.exists(t, has(t.key) && t.key == '{labels.DEDICATED_TAINT_KEY}'"
+     " && (!has(t.value) || t.value == ''))",
+     f"tolerate a dedicated pool by its name ({labels.DEDICATED_TAINT_KEY} with operator Equal and the pool as value), "
+     "not every dedicated pool at once"),
 ]
+
+
+def dedicated_validations(owners: dict[str, tuple[str, ...]]) -> list[tuple[str, str]]:
+    """Per pool dedicated to some tenants: only pods in their namespaces (labelled labels.DEDICATED_POOL_LABEL for
+    it) tolerate its taint or select it by the pool label; and, with any dedicated pool, no pod tolerates every
+    taint (that would tolerate theirs too)."""
+    if not owners:
+        return []
+    rules = [("!variables.tolerations.exists(t, (!has(t.key) || t.key == '') && has(t.operator)"
+              " && t.operator == 'Exists')",
+              f"tolerating every taint would tolerate pools dedicated to other tenants; tolerate {GPU} by its key")]
+    for pool, tenants in sorted(owners.items()):
+        label = labels.DEDICATED_POOL_LABEL.format(pool=pool)
+        rules.append((
+            f"'{label}' in variables.namespaceLabels || (!variables.tolerations.exists(t, has(t.key)"
+            f" && t.key == '{labels.DEDICATED_TAINT_KEY}' && has(t.value) && t.value == '{pool}')"
+            f" && !(has(object.spec.nodeSelector) && '{labels.POOL_LABEL}' in object.spec.nodeSelector"
+            f" && object.spec.nodeSelector['{labels.POOL_LABEL}'] == '{pool}'))",
+            f"pool {pool} is dedicated to {', '.join(tenants)}: only their pods may tolerate its taint or select it"))
+    return rules
 # Outside tenant namespaces (and the cluster's and platform's own, which the binding leaves out): no GPUs at all.
 GUARD_VALIDATIONS = [
     ("!variables.requestsGpu",

@@ -10,6 +10,7 @@ import pulumi_kubernetes as k8s
 from components import labels
 from components.images import operand_image
 from components.manifests import child_options, metadata
+from fleet.partitioning import MIG_DISABLED
 
 CLUSTER_POLICY = "cluster-policy"
 # NVIDIA's configuration for shared clusters: the container toolkit takes the device list only from the device
@@ -88,8 +89,13 @@ class ClusterPolicyStack(pulumi.ComponentResource):
                                                 "honorLabels": True,
                                                 **({"additionalLabels": args.service_monitor_labels}
                                                    if args.service_monitor_labels else {})}},
-            "migManager": {"enabled": True, **images["migManager"]},
-            "mig": {"strategy": "single"},
+            # MIG-capable nodes that no pool gives a layout get MIG off (the operator labels them with this default,
+            # the CRD's migManager.config.default); the layouts themselves are the MIG manager's own (generated from
+            # the hardware, the shipped default-mig-parted-config its fallback: controllers/object_controls.go
+            # TransformMigManager), so no config name is set.
+            "migManager": {"enabled": True, **images["migManager"], "config": {"default": MIG_DISABLED}},
+            # Mixed: each MIG profile under its own name (nvidia.com/mig-<profile>), whole GPUs as nvidia.com/gpu.
+            "mig": {"strategy": "mixed"},
             "nodeStatusExporter": {"enabled": False},
             "validator": images["validator"],
             # Device lists as volume mounts, which only the device plugin sets up (see TOOLKIT_ENV).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -11,28 +12,33 @@ import yaml
 
 from components import labels
 from components.manifests import child_options, metadata
+from fleet.partitioning import Partitioning
 
 CONFIG_MAP = "device-plugin-config"
 WHOLE = "whole"  # the default config, for GPU nodes no pool labels: every GPU whole, a pod may ask for several
 
 
-def plugin_config(replicas: int | None) -> dict:
-    """k8s-device-plugin's config (api/config/v1): whole GPUs, or every GPU shared by `replicas` pods with one share
-    per request (two shares could land on one GPU, so asking for more than one would promise what is not there)."""
-    config: dict = {"version": "v1", "flags": {"migStrategy": "single"}}
-    if replicas:
-        config["sharing"] = {"timeSlicing": {"failRequestsGreaterThanOne": True, "resources": [
-            {"name": labels.GPU_RESOURCE, "replicas": replicas}]}}
+def plugin_config(partitioning: Partitioning) -> dict:
+    """k8s-device-plugin's config (api/config/v1) for a pool.
+
+    MIG devices are advertised by profile (the mixed strategy: nvidia.com/mig-<profile>, whole GPUs of the node as
+    nvidia.com/gpu). Time-sliced GPUs are advertised renamed, as nvidia.com/gpu.shared, so nothing counts a share as
+    a GPU; one share per request (two could land on one GPU, so asking for more would promise what is not there:
+    `failRequestsGreaterThanOne`, internal/rm/rm.go)."""
+    config: dict = {"version": "v1", "flags": {"migStrategy": "mixed"}}
+    if partitioning.shares:
+        config["sharing"] = {"timeSlicing": {"renameByDefault": True, "failRequestsGreaterThanOne": True,
+                                             "resources": [{"name": labels.GPU_RESOURCE,
+                                                            "replicas": partitioning.shares}]}}
     return config
 
 
 @dataclass(frozen=True)
 class DevicePluginStackArgs:
-    """The operator's namespace, where the device plugin reads its configs, and each pool's time-slicing replicas
-    (None: whole GPUs)."""
+    """The operator's namespace, where the device plugin reads its configs, and each pool's partitioning."""
 
     namespace: str
-    pools: Mapping[str, int | None]
+    pools: Mapping[str, Partitioning]
 
 
 class DevicePluginStack(pulumi.ComponentResource):
@@ -40,20 +46,23 @@ class DevicePluginStack(pulumi.ComponentResource):
     labels.DEVICE_PLUGIN_CONFIG_LABEL, and whole GPUs for any other GPU node. `config` is (config map, default
     config) for the ClusterPolicy.
 
-    A pool's config keeps its name when its sharing changes, so the device plugin on its running nodes picks the
-    change up; only a new pool's label waits for its machines. NVIDIA's device plugin, GPU feature discovery and
-    the container toolkit themselves run under the GPU Operator.
+    The ConfigMap's name ends in a digest of its contents. The device plugin's config manager reloads only when its
+    node's label changes (k8s-device-plugin cmd/config-manager/main.go), so a changed config under the same name
+    would never reach running nodes; a new name changes the ClusterPolicy, whose operator then rolls the device
+    plugin and GPU feature discovery DaemonSets that mount it (gpu-operator controllers/object_controls.go
+    handleDevicePluginConfig), one node at a time, and the old ConfigMap goes only after that update.
     """
 
     config: tuple[str, str]
 
     def __init__(self, name: str, args: DevicePluginStackArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:DevicePluginStack", name, None, opts)
-        configs = {WHOLE: plugin_config(None),
-                   **{pool: plugin_config(replicas) for pool, replicas in args.pools.items()}}
-        k8s.core.v1.ConfigMap(
-            f"{name}-config", metadata=metadata(CONFIG_MAP, args.namespace),
-            data={key: yaml.safe_dump(config, sort_keys=False) for key, config in configs.items()},
-            opts=child_options(self, opts))
-        self.config = (CONFIG_MAP, WHOLE)
+        configs = {WHOLE: plugin_config(Partitioning()),
+                   **{pool: plugin_config(partitioning) for pool, partitioning in args.pools.items()}}
+        data = {key: yaml.safe_dump(config, sort_keys=False) for key, config in configs.items()}
+        digest = hashlib.sha256(yaml.safe_dump(data, sort_keys=True).encode()).hexdigest()[:10]
+        config_map = f"{CONFIG_MAP}-{digest}"
+        k8s.core.v1.ConfigMap(f"{name}-config", metadata=metadata(config_map, args.namespace), data=data,
+                              opts=child_options(self, opts))
+        self.config = (config_map, WHOLE)
         self.register_outputs({"config": list(self.config)})

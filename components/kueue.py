@@ -18,6 +18,9 @@ from components.olm import INSTALL_TIMEOUT_SECONDS, OlmOperator, OlmOperatorArgs
 
 QUEUE_POLICY_NAME = labels.QUEUE_POLICY_NAME
 GPU = labels.GPU_RESOURCE
+# OpenShift: the flavor of CPU and memory, which places nothing (no node labels): a job's GPUs take a pool's flavor,
+# its CPU and memory this one, so a CPU-only job is given no GPU pool's labels or toleration.
+COMPUTE_FLAVOR = "compute"
 # The tiers, as the PriorityClasses of the same names: Kueue orders and preempts workloads by these values.
 WORKLOAD_PRIORITIES = {labels.HIGH_PRIORITY_CLASS: 100000, labels.LOW_PRIORITY_CLASS: 1000}
 # Fair sharing on (Kueue reads `fairSharing` being set as on, pkg/scheduler/preemption/fairsharing/strategy.go): a
@@ -87,12 +90,15 @@ def workload_priority_class(name: str, tier: str, value: int, opts: pulumi.Resou
 
 @dataclass(frozen=True)
 class KueueArgs:
-    """The GPU pools and the labels that select each one's nodes (one ResourceFlavor each)."""
+    """The GPU pools: the labels that select each one's nodes and the taints its pods must tolerate (one
+    ResourceFlavor each); with `compute`, the flavor of CPU and memory too."""
 
     pools: dict[str, dict[str, str]]
+    taints: dict[str, list[dict[str, str]]]
     chart_mirror: str | None = None  # charts.mirror: where the pinned chart is pulled from instead
     cli_image: str | None = None  # OpenShift: the Red Hat build through OLM, its install plans approved with this
     install_cert_manager: bool = True  # OpenShift: install the cert-manager Operator it needs (else the cluster's)
+    compute: bool = False  # OpenShift: CPU and memory are counted in the queues too, in their own flavor
 
 
 class Kueue(pulumi.ComponentResource):
@@ -122,10 +128,17 @@ class Kueue(pulumi.ComponentResource):
         for tier, value in WORKLOAD_PRIORITIES.items():
             workload_priority_class(f"{name}-priority-{tier}", tier, value, after)
         for pool, node_labels in args.pools.items():
+            tolerations = [{"key": taint["key"], "operator": "Equal", "value": taint["value"], "effect": taint["effect"]}
+                           if taint.get("value") else {"key": taint["key"], "operator": "Exists",
+                                                        "effect": taint["effect"]} for taint in args.taints[pool]]
             k8s.apiextensions.CustomResource(
                 f"{name}-flavor-{pool}", api_version=labels.KUEUE_API_VERSION, kind="ResourceFlavor",
-                metadata=metadata(pool), spec={"nodeLabels": dict(node_labels),
-                                               "tolerations": [dict(labels.GPU_TOLERATION)]}, opts=after)
+                metadata=metadata(pool), spec={"nodeLabels": dict(node_labels), "tolerations": tolerations},
+                opts=after)
+        if args.compute:
+            k8s.apiextensions.CustomResource(
+                f"{name}-flavor-{COMPUTE_FLAVOR}", api_version=labels.KUEUE_API_VERSION, kind="ResourceFlavor",
+                metadata=metadata(COMPUTE_FLAVOR), spec={}, opts=after)
         policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
             f"{name}-policy", metadata=metadata(QUEUE_POLICY_NAME), spec={
                 "failurePolicy": "Fail",
@@ -166,12 +179,12 @@ class Kueue(pulumi.ComponentResource):
 
 @dataclass(frozen=True)
 class TenantQueueArgs:
-    """A tenant's guarantee: nominal GPUs per pool (flavor), the limits of what it borrows and lends in each, its
-    fair-sharing weight, and the cohort it shares with."""
+    """A tenant's guarantee: nominal quota per pool (flavor) and kind (whole GPUs, shares, MIG slices), the limits of
+    what it borrows and lends of each, its fair-sharing weight, and the cohort it shares with."""
 
     tenant: str
     cohort: str
-    nominal: dict[str, int]
+    nominal: dict[str, dict[str, int]]
     borrowing_limit: int | None = None
     lending_limit: int | None = None
     weight: int = 1
@@ -180,23 +193,52 @@ class TenantQueueArgs:
     compute: dict[str, str] | None = None
 
 
+def resource_groups(nominal: dict[str, dict[str, int]]) -> list[tuple[list[str], list[str]]]:
+    """(covered kinds, flavors) per resource group: Kueue takes each resource and each flavor in one group only, and
+    every flavor of a group lists the group's resources (the ClusterQueue CRD's rule "flavors must have the same
+    number of resources as the coveredResources"), so pools that advertise a kind in common share a group, which
+    covers every kind its pools advertise."""
+    groups: list[tuple[set[str], list[str]]] = []
+    for pool, kinds in nominal.items():
+        joined = [group for group in groups if group[0] & kinds.keys()]
+        merged = (set(kinds), [pool])
+        for group in joined:
+            groups.remove(group)
+            merged = (merged[0] | group[0], group[1] + merged[1])
+        groups.append(merged)
+    order = list(nominal)
+    return [(sorted(kinds), sorted(pools, key=order.index)) for kinds, pools in
+            sorted(groups, key=lambda group: min(order.index(pool) for pool in group[1]))]
+
+
 def cluster_queue_spec(args: TenantQueueArgs) -> dict[str, Any]:
-    """The ClusterQueue: GPUs per flavor in the pools' order; preemption reclaims lent GPUs from any borrower in
-    the cohort and, inside the queue, lets higher priority preempt lower; only the tenant's namespace may use it."""
-    flavors = []
-    for pool, nominal in args.nominal.items():
-        quota: dict[str, Any] = {"name": GPU, "nominalQuota": nominal}
-        if args.borrowing_limit is not None:
-            quota["borrowingLimit"] = args.borrowing_limit
-        if args.lending_limit is not None:
-            quota["lendingLimit"] = min(args.lending_limit, nominal)
-        compute = [{"name": resource, "nominalQuota": amount, "borrowingLimit": 0, "lendingLimit": 0}
-                   for resource, amount in (args.compute or {}).items()]
-        flavors.append({"name": pool, "resources": [quota, *compute]})
+    """The ClusterQueue: per resource group its flavors in the pools' order, each with the tenant's nominal quota of
+    every kind the group covers (0 where the pool has none of it); on OpenShift a group of its own covers CPU and
+    memory in the flavor without node labels. Preemption reclaims lent quota from any borrower in the cohort and,
+    inside the queue, lets higher priority preempt lower; only the tenant's namespace may use it."""
+    groups = []
+    for kinds, pools in resource_groups(args.nominal):
+        flavors = []
+        for pool in pools:
+            resources = []
+            for kind in kinds:
+                nominal = args.nominal[pool].get(kind, 0)
+                quota: dict[str, Any] = {"name": kind, "nominalQuota": nominal}
+                if args.borrowing_limit is not None:
+                    quota["borrowingLimit"] = args.borrowing_limit
+                if args.lending_limit is not None:
+                    quota["lendingLimit"] = min(args.lending_limit, nominal)
+                resources.append(quota)
+            flavors.append({"name": pool, "resources": resources})
+        groups.append({"coveredResources": kinds, "flavors": flavors})
+    if args.compute:
+        groups.append({"coveredResources": list(args.compute), "flavors": [{"name": COMPUTE_FLAVOR, "resources": [
+            {"name": resource, "nominalQuota": amount, "borrowingLimit": 0, "lendingLimit": 0}
+            for resource, amount in args.compute.items()]}]})
     return {
         "cohortName": args.cohort,
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": args.tenant}},
-        "resourceGroups": [{"coveredResources": [GPU, *(args.compute or {})], "flavors": flavors}],
+        "resourceGroups": groups,
         "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
         "fairSharing": {"weight": str(args.weight)},
     }

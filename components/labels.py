@@ -13,6 +13,20 @@ GPU_QUOTA_KEY = f"requests.{GPU_RESOURCE}"
 GPU_TAINT = {"key": GPU_RESOURCE, "effect": "NoSchedule"}
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 
+# A pool dedicated to some tenants carries this taint too, its value the pool's name; only those tenants' pods may
+# tolerate it (their namespaces carry DEDICATED_POOL_LABEL for it, which the tenant pod policy reads).
+DEDICATED_TAINT_KEY = "gpu-platform.io/dedicated"
+DEDICATED_POOL_LABEL = "dedicated.gpu-platform.io/{pool}"
+
+
+def dedicated_taint(pool: str) -> dict[str, str]:
+    return {"key": DEDICATED_TAINT_KEY, "value": pool, "effect": "NoSchedule"}
+
+
+# The node label NVIDIA's MIG manager reads the MIG layout of the node's GPUs from (a name of its mig-parted
+# config), and the label it reports its progress in (k8s-mig-manager, the operator's mig-manager DaemonSet).
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+
 # Node Feature Discovery labels.
 NFD_PREFIX = "feature.node.kubernetes.io"
 NFD_API_GROUP = "nfd.k8s-sigs.io"

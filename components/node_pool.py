@@ -11,11 +11,13 @@ import pulumi_kubernetes as k8s
 
 from components import labels
 from components.efa import efa_autoscaler_tags, efa_network_interfaces
+from components.machine_labels import machine_labels
 from components.manifests import child_options, metadata
 from components.node_profile import NodeProfile
 from components.node_drain import drain_phrase
 from fleet.catalog import InstanceType
 from fleet.kernels import KernelTarget
+from fleet.partitioning import Partitioning
 
 MACHINE_API_NAMESPACE = "openshift-machine-api"
 CAPACITY_LABELS = "capacity.cluster-autoscaler.kubernetes.io/labels"
@@ -36,6 +38,7 @@ AWS_ACCELERATOR_TYPES = {
     "NVIDIA-A100-SXM4-40GB": "nvidia-tesla-a100",
     "NVIDIA-A100-SXM4-80GB": "nvidia-tesla-a100",
     "NVIDIA-H100-80GB-HBM3": "nvidia-h100",
+    "NVIDIA-H200": "nvidia-h200",
 }
 TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
 # On the group: the image its template boots, so an image change shows on the group that rolls, not only on the
@@ -56,6 +59,7 @@ class MachineSetPlacement:
     machine_set: str
     region: str
     zone: str
+    cli_image: str = ""  # `oc`, for the Job that brings a partitioning change to the running machines
 
 
 @dataclass(frozen=True)
@@ -110,13 +114,25 @@ class GpuNodePoolArgs:
     profile: NodeProfile | None = None  # node tuning (OpenShift: the pool's node role; AWS: its boot configuration)
     efa_interfaces: int = 0  # EFA interfaces per node (fabric: efa), in the pool's cluster placement group
     placement_group: pulumi.Input[str] | None = None
-    sharing: int | None = None  # time-slicing replicas of each GPU; None: whole GPUs
+    partitioning: Partitioning = Partitioning()  # whole GPUs, time-sliced shares or a MIG layout
+    dedicated: bool = False  # reserved for some tenants: a second taint only their pods may tolerate
     drain_permitted: bool = False  # Kubernetes: the stack grants the drain handler its IAM permission
 
     @property
-    def advertised_gpus_per_node(self) -> int:
-        """nvidia.com/gpu one node advertises, which the cluster autoscaler counts: GPUs times their sharing."""
-        return self.instance.gpus * (self.sharing or 1)
+    def advertised_per_node(self) -> dict[str, int]:
+        """What one node advertises, by extended resource (whole GPUs, shares or MIG slices)."""
+        return self.partitioning.advertised(self.instance.gpu_model, self.instance.gpus)
+
+    @property
+    def taints(self) -> list[dict[str, str]]:
+        """The GPU taint, and a dedicated pool's own (labels.dedicated_taint)."""
+        return [dict(labels.GPU_TAINT), *([labels.dedicated_taint(self.name)] if self.dedicated else [])]
+
+    @property
+    def partition_labels(self) -> dict[str, str]:
+        """Node labels of the pool's partitioning: a MIG layout, which NVIDIA's MIG manager applies."""
+        layout = self.partitioning.mig_layout
+        return {labels.MIG_CONFIG_LABEL: layout} if layout else {}
 
     @property
     def autoscales(self) -> bool:
@@ -137,11 +153,12 @@ class GpuNodePool(pulumi.ComponentResource):
         # A bring-your-own pool has no resource saying what it brings: the component itself carries it, as input
         # and output, so the capacity policy counts it whichever of the two a runtime shows it.
         brought = {BRING_YOUR_OWN: {"nodes": args.replicas, "gpusPerNode": args.instance.gpus,
-                                    "advertisedGpusPerNode": args.advertised_gpus_per_node,
-                                    "nodeSelector": dict(args.placement.node_selector)}} if own else {}
+                                    "advertisedPerNode": args.advertised_per_node,
+                                    "nodeSelector": dict(args.placement.node_selector),
+                                    "taints": args.taints}} if own else {}
         super().__init__("gpu-platform:index:GpuNodePool", name, brought or None, opts)
         self.node_selector = dict(args.placement.node_selector) if own else {labels.POOL_LABEL: args.name}
-        self.taints = [dict(labels.GPU_TAINT)]
+        self.taints = args.taints
         self.gpu_capacity = args.replicas * args.instance.gpus
         if own:
             self.roll = {"method": "bring-your-own", "note": BRING_YOUR_OWN_ROLL}
@@ -153,7 +170,7 @@ class GpuNodePool(pulumi.ComponentResource):
             protect=not args.retired))
         # The device plugin config of the pool's nodes is named after the pool (DevicePluginStack).
         node_labels = {**self.node_selector, labels.MACHINESET_GPU_TYPE_LABEL: args.instance.gpu_model,
-                       labels.DEVICE_PLUGIN_CONFIG_LABEL: args.name}
+                       labels.DEVICE_PLUGIN_CONFIG_LABEL: args.name, **args.partition_labels}
         if isinstance(args.placement, MachineSetPlacement):
             self.roll = {"method": "machineset", "note": MACHINESET_ROLL}
             self._machine_set(name, args, args.placement, node_labels, child)
@@ -189,7 +206,7 @@ class GpuNodePool(pulumi.ComponentResource):
             labels.DELETION_PROPAGATION: "background",
             labels.CONFIGURED_NODES: str(pool.replicas),
         }
-        k8s.apiextensions.CustomResource(
+        machine_set_resource = k8s.apiextensions.CustomResource(
             name,
             api_version="machine.openshift.io/v1beta1",
             kind="MachineSet",
@@ -231,6 +248,12 @@ class GpuNodePool(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
                 ignore_changes=[*(["spec.replicas"] if pool.autoscales else []), *CONTROLLER_ANNOTATIONS])),
         )
+        if pool.partition_labels:
+            # The MIG layout reaches the running machines too (the template only new ones): the MIG manager then
+            # re-partitions each node's GPUs.
+            machine_labels(f"{name}-partition-labels", machine_set, pool.partition_labels, placement.cli_image,
+                           pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
+                               depends_on=[machine_set_resource], protect=False)))
         if pool.max_replicas < 1:
             return  # a parked pool has nothing to scale, and a MachineAutoscaler's maxReplicas must be at least 1
         k8s.apiextensions.CustomResource(
@@ -265,7 +288,7 @@ class GpuNodePool(pulumi.ComponentResource):
             # IMDSv2 only, and its token answers one hop: the node and host-network pods reach the metadata service,
             # pods behind the node's network namespace (a tenant's) cannot take the node role's credentials.
             metadata_options={"http_tokens": "required", "http_put_response_hop_limit": 1},
-            user_data=base64.b64encode(kubelet_user_data(cluster.cluster, node_labels, pool.profile).encode()).decode(),
+            user_data=base64.b64encode(kubelet_user_data(cluster.cluster, node_labels, pool.profile, pool.taints).encode()).decode(),
             tags=kernel_annotations(pool),
             tag_specifications=[{"resource_type": "instance", "tags": {"Name": group_name, **kernel_annotations(pool)}}],
             opts=opts,
@@ -274,8 +297,13 @@ class GpuNodePool(pulumi.ComponentResource):
             labels.CA_ENABLED_TAG: "true",
             labels.CA_CLUSTER_TAG.format(cluster=cluster.cluster): "owned",
             f"kubernetes.io/cluster/{cluster.cluster}": "owned",
-            labels.CA_TAINT_TAG.format(key=labels.GPU_TAINT["key"]): f":{labels.GPU_TAINT['effect']}",
-            labels.CA_RESOURCE_TAG.format(resource=labels.GPU_RESOURCE): str(pool.advertised_gpus_per_node),
+            # aws_manager.go extractTaintsFromAsg: node-template/taint/<key> = <value>:<effect>.
+            **{labels.CA_TAINT_TAG.format(key=taint["key"]): f"{taint.get('value', '')}:{taint['effect']}"
+               for taint in pool.taints},
+            # aws_manager.go extractAllocatableResourcesFromAsg: node-template/resources/<name> = <quantity>, each kind
+            # the pool's nodes advertise.
+            **{labels.CA_RESOURCE_TAG.format(resource=name): str(count)
+               for name, count in pool.advertised_per_node.items()},
             # aws_manager.go extractLabelsFromAsg: node-template/label/<key> = <value>, for scale from zero.
             **kernel_annotations(pool),
             IMAGE_TAG: pool.image,
@@ -343,7 +371,7 @@ CLUSTER_AUTOSCALER_NAME = "default"
 def cluster_autoscaler(name: str, pools: list[GpuNodePoolArgs],
                        opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource | None:
     """OpenShift: the cluster's ClusterAutoscaler when a pool autoscales, capping GPUs per type at the pools' maxima
-    (as advertised: shared GPUs count once per share).
+    in physical GPUs.
 
     `resourceLimits.gpus[].type` is matched against the nodes' `cluster-api/accelerator` label
     (pkg/apis/autoscaling/v1/clusterautoscaler_types.go GPULimit), which every MachineSet sets to its GPU model.
@@ -354,8 +382,10 @@ def cluster_autoscaler(name: str, pools: list[GpuNodePoolArgs],
     gpus: dict[str, int] = {}
     for pool in pools:
         model = pool.instance.gpu_model
-        # The autoscaler counts a node's allocatable nvidia.com/gpu (utils/gpu), which time-slicing multiplies.
-        gpus[model] = gpus.get(model, 0) + pool.max_replicas * pool.advertised_gpus_per_node
+        # The autoscaler counts a node's nvidia.com/gpu, which a MachineSet's node template takes from its GPU
+        # annotation: the physical GPUs, whatever the pool's partitioning (shares and MIG slices are advertised under
+        # other names, so they neither raise nor lower the count).
+        gpus[model] = gpus.get(model, 0) + pool.max_replicas * pool.instance.gpus
     return k8s.apiextensions.CustomResource(
         name,
         api_version="autoscaling.openshift.io/v1",
@@ -383,13 +413,15 @@ def kernel_annotations(pool: GpuNodePoolArgs) -> dict[str, str]:
     return {labels.KERNEL_ANNOTATION: pool.kernel.kernel, labels.OS_ANNOTATION: pool.kernel.os}
 
 
-def kubelet_user_data(cluster: str, node_labels: dict[str, str], profile: NodeProfile | None = None) -> str:
+def kubelet_user_data(cluster: str, node_labels: dict[str, str], profile: NodeProfile | None = None,
+                      taints: list[dict[str, str]] | None = None) -> str:
     """Boot script that makes the kubelet register the GPU taint and pool labels before any pod lands.
 
     With a node profile, its sysctls and hugepages are set first and its kubelet flags follow the pool's; without
     one, the script is exactly the untuned pool's.
     """
-    taint = f"{labels.GPU_TAINT['key']}:{labels.GPU_TAINT['effect']}"
+    taint = ",".join(f"{t['key']}{'=' + t['value'] if t.get('value') else ''}:{t['effect']}"
+                     for t in taints or [labels.GPU_TAINT])
     label_arg = ",".join(f"{key}={value}" for key, value in node_labels.items())
     tuned = f" {' '.join(profile.kubelet_flags())}" if profile else ""
     return (

@@ -59,11 +59,12 @@ def self_provisioning_off(name: str, opts: pulumi.ResourceOptions) -> k8s.rbac.v
 
 @dataclass(frozen=True)
 class TenantQuotaArgs:
-    """One tenant: its name, GPU quota, priority class and the group that works in its namespace (holding the
-    ClusterRole `role` there)."""
+    """One tenant: its name, what it was given of each kind of GPU the fleet advertises (whole GPUs, shares, MIG
+    slices: `quota`, 0 for a kind not given), its priority class and the group that works in its namespace (holding
+    the ClusterRole `role` there)."""
 
     name: str
-    gpus: int
+    quota: dict[str, int]
     priority_class: str
     group: str
     cpu: str = "64"
@@ -75,6 +76,11 @@ class TenantQuotaArgs:
     protect: bool = True  # the engine refuses to delete protected resources: removal takes `retired: true` first
     gpu_quota: bool = True  # a hard cap on GPUs; tenancy mode `queue` leaves it out (the tenant's queue governs)
     kueue_managed: bool = False  # OpenShift, mode `queue`: the label the Red Hat build's webhooks act on
+    dedicated_pools: tuple[str, ...] = ()  # pools reserved for this tenant (and perhaps others)
+
+    @property
+    def gpus(self) -> int:
+        return self.quota.get(labels.GPU_RESOURCE, 0)
 
 
 QUOTA_ENFORCED = "jsonpath={.status.hard}"
@@ -112,6 +118,7 @@ class TenantQuota(pulumi.ComponentResource):
             "pod-security.kubernetes.io/audit": "restricted",
             "pod-security.kubernetes.io/warn": "restricted",
             **({labels.KUEUE_MANAGED_LABEL: "true"} if args.kueue_managed else {}),
+            **{labels.DEDICATED_POOL_LABEL.format(pool=pool): "true" for pool in args.dedicated_pools},
         }), opts=pulumi.ResourceOptions.merge(child_options(self, opts), pulumi.ResourceOptions(protect=args.protect)))
         child = child_options(self, opts, namespace)
         # Removing a tenant in one change must stop the engine before it deletes anything of the tenant's: it
@@ -121,7 +128,8 @@ class TenantQuota(pulumi.ComponentResource):
         kept = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=args.protect))
         quotas = [k8s.core.v1.ResourceQuota(
             f"{name}-gpu-quota", metadata=quota_metadata("gpu-quota", args.name),
-            spec={"hard": {labels.GPU_QUOTA_KEY: str(args.gpus)}}, opts=child)] if args.gpu_quota else []
+            spec={"hard": {f"requests.{kind}": str(amount) for kind, amount in sorted(args.quota.items())}},
+            opts=child)] if args.gpu_quota else []
         # CPU pods count too: without this they could fill the GPU nodes a tenant's quota does not cover.
         quotas.append(k8s.core.v1.ResourceQuota(
             f"{name}-compute-quota", metadata=quota_metadata("compute-quota", args.name),
@@ -129,7 +137,8 @@ class TenantQuota(pulumi.ComponentResource):
             opts=child))
         scoped = [("system-priority", labels.SYSTEM_PRIORITY_CLASSES, {"pods": "0"})]
         if args.priority_class == labels.LOW_PRIORITY_CLASS:
-            scoped.append(("high-priority-gpus", [labels.HIGH_PRIORITY_CLASS], {labels.GPU_QUOTA_KEY: "0"}))
+            scoped.append(("high-priority-gpus", [labels.HIGH_PRIORITY_CLASS],
+                           {f"requests.{kind}": "0" for kind in sorted(args.quota)}))
         for suffix, classes, hard in scoped:
             quotas.append(k8s.core.v1.ResourceQuota(
                 f"{name}-{suffix}", metadata=quota_metadata(suffix, args.name), spec={

@@ -52,16 +52,19 @@ class Stack:
                 if priority_class is None or tenant.priority_class == priority_class]
 
     def nodes(self) -> list[dict[str, Any]]:
-        """kwok nodes: each pool's replicas with the labels and taints its machines register with (from the
-        plan), the labels NFD and GPU feature discovery add, and the GPUs the device plugin advertises; plus
-        untainted CPU nodes."""
+        """kwok nodes (stand-ins: no device plugin runs here): each pool's replicas with the labels and taints its
+        machines register with (from the plan), the labels NFD and GPU feature discovery add, and what the device
+        plugin advertises under the pool's partitioning, per kind (fleet.partitioning, read from k8s-device-plugin
+        v0.20.0: whole GPUs as nvidia.com/gpu, time-sliced shares renamed nvidia.com/gpu.shared and counted
+        GPUs x replicas, MIG devices as nvidia.com/mig-<profile> under the mixed strategy, counted from the MIG
+        manager's layout); plus untainted CPU nodes."""
         nodes = []
         for pool in self.config.node_pools:
             node_labels, taints = self._registration(pool)
             node_labels |= kernel_node_selector(self.config.kernel_target(pool)) | {GPU_PRESENT_LABEL: "true"}
             shape = pool.instance if pool.bring_your_own is None else BYO_NODE_SHAPE
             capacity = {"cpu": str(shape.vcpus), "memory": f"{shape.memory_mib}Mi", "pods": "110",
-                        labels.GPU_RESOURCE: str(pool.advertised_gpus_per_node)}
+                        **{name: str(count) for name, count in pool.advertised_per_node.items()}}
             nodes += [kwok_node(f"{pool.name}-{index}", labels=node_labels, capacity=capacity, taints=taints)
                       for index in range(pool.replicas)]
         return nodes + [kwok_node(f"cpu-{index}", labels={}, capacity={"cpu": "32", "memory": "128Gi", "pods": "110"})
@@ -78,13 +81,17 @@ class Stack:
     def _registration(self, config: NodePoolConfig) -> tuple[dict[str, str], list[dict[str, str]]]:
         """The labels and taints the pool's machines register with: a MachineSet's template, or the kubelet
         flags of an Auto Scaling Group's launch template; a bring-your-own pool's nodes as its owner sets them
-        up (its selector's labels, the GPU taint, the device-plugin config label when it shares GPUs)."""
+        up (its selector's labels, the GPU taint, the device-plugin config label when it shares GPUs, the MIG layout
+        label and the dedicated taint when it has them)."""
         pool = config.name
         if config.bring_your_own is not None:
             node_labels = dict(config.bring_your_own.node_selector)
             if config.time_slicing_replicas:
                 node_labels[labels.DEVICE_PLUGIN_CONFIG_LABEL] = pool
-            return node_labels, [dict(labels.GPU_TAINT)]
+            if config.mig_layout:
+                node_labels[labels.MIG_CONFIG_LABEL] = config.mig_layout
+            dedicated = [labels.dedicated_taint(pool)] if config.dedicated_to else []
+            return node_labels, [dict(labels.GPU_TAINT), *dedicated]
         for resource in self.plan.resources:
             inputs = resource["inputs"]
             if resource["type"].endswith(":MachineSet"):

@@ -39,6 +39,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
     "p4d.24xlarge": InstanceType("NVIDIA-A100-SXM4-40GB", 8, 40, 96, 1179648, efa_interfaces=4),
     "p4de.24xlarge": InstanceType("NVIDIA-A100-SXM4-80GB", 8, 80, 96, 1179648, efa_interfaces=4),
     "p5.48xlarge": InstanceType("NVIDIA-H100-80GB-HBM3", 8, 80, 192, 2097152, efa_interfaces=32),
+    "p5e.48xlarge": InstanceType("NVIDIA-H200", 8, 141, 192, 2097152, efa_interfaces=32),
 }
 
 # Hugepages may take at most this share of a node's memory: the rest is the OS's, the kubelet's and other pods'.

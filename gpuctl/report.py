@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from components.labels import GPU_RESOURCE
 from gpuctl.diff import SYMBOLS, Change, PlanDiff, Step, object_name
 from gpuctl.summary import FleetSummary, KernelChange, PoolChange, PoolState
 
@@ -251,6 +252,10 @@ def pool_row(pool: PoolChange, summary: FleetSummary) -> dict[str, str]:
 
 
 def _gpus_shared(pool: PoolState) -> str:
+    if pool.partitioning is not None:  # the kinds it advertises, unless whole GPUs (as many as it has)
+        if set(pool.kinds) <= {GPU_RESOURCE}:
+            return str(pool.gpus)
+        return f"{pool.gpus} ({pool.partitioning}: {', '.join(f'{n} {kind}' for kind, n in pool.kinds.items())})"
     return f"{pool.gpus} shared x{pool.sharing}" if (pool.sharing or 1) > 1 else str(pool.gpus)
 
 
@@ -268,12 +273,13 @@ def tenant_rows(summary: FleetSummary) -> tuple[list[dict[str, str]], int]:
         sharing = [(tenant.tenancy_before, tenant.tenancy_after), (tenant.guaranteed_before, tenant.guaranteed_after),
                    (tenant.borrowable_before, tenant.borrowable_after)]
         if tenant.gpus_before == tenant.gpus_after and tenant.priority_before == tenant.priority_after and all(
-                before == after for before, after in sharing):
+                before == after for before, after in sharing) and tenant.slices_before == tenant.slices_after:
             same += 1
             continue
         state = "added" if tenant.gpus_before is None else "removed" if tenant.gpus_after is None else "changed"
         rows.append({"tenant": tenant.name, "namespace": tenant.namespace, "change": state,
-                     "GPU quota": _arrow(tenant.gpus_before, tenant.gpus_after),
+                     "GPU quota": _arrow(_grants(tenant.gpus_before, tenant.slices_before),
+                                         _grants(tenant.gpus_after, tenant.slices_after)),
                      "priority class": _arrow(tenant.priority_before, tenant.priority_after),
                      "tenancy": _arrow(tenant.tenancy_before, tenant.tenancy_after),
                      "guaranteed GPUs": _arrow(tenant.guaranteed_before, tenant.guaranteed_after),
@@ -281,16 +287,26 @@ def tenant_rows(summary: FleetSummary) -> tuple[list[dict[str, str]], int]:
     return rows, same
 
 
+def _grants(gpus: int | None, slices: dict[str, int]) -> str | int | None:
+    """Whole GPUs, and the other kinds given beside them (shares, MIG slices)."""
+    if gpus is None or not slices:
+        return gpus
+    return ", ".join([f"{gpus}", *(f"{n} {kind}" for kind, n in slices.items())])
+
+
 def capacity_rows(summary: FleetSummary) -> list[dict[str, str]]:
     capacity = summary.capacity
     rows = [{"": "GPUs in the pools", "value": _arrow(capacity.gpus_before, capacity.gpus_after)},
             {"": "sum of tenant GPU quotas", "value": _arrow(capacity.quota_before, capacity.quota_after)}]
     if (capacity.schedulable_before, capacity.schedulable_after) != (capacity.gpus_before, capacity.gpus_after):
-        rows.append({"": "advertised (time-slicing counts each share)",
+        rows.append({"": "whole GPUs advertised (nvidia.com/gpu)",
                      "value": _arrow(capacity.schedulable_before, capacity.schedulable_after)})
     after = capacity.schedulable_after
     rows.append({"": "quota / schedulable GPUs", "value": f"{capacity.quota_after} / {after}"
                  + (" (over capacity)" if capacity.quota_after > after else "")})
+    for kind, (quota, advertised) in capacity.kinds_after.items():
+        rows.append({"": f"quota / advertised {kind}", "value": f"{quota} / {advertised}"
+                     + (" (over capacity)" if quota > advertised else "")})
     return rows
 
 

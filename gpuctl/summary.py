@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from components import labels
+from components.labels import GPU_RESOURCE
 from gpuctl.diff import NVIDIA_DRIVER, PROVIDER_REPLACED, PlanDiff, Step, object_name, refused_by_the_engine
 
 POOL = "gpu-platform:index:GpuNodePool"
@@ -69,10 +70,15 @@ class PoolState:
     retired: bool = False
     profile: dict[str, Any] = field(default_factory=dict)  # how a node profile change reaches the nodes
     sharing: int | None = None  # pods per GPU under device-plugin time-slicing; 1 or None: whole GPUs
+    partitioning: str | None = None  # how its GPUs are cut, in words (plans from before: None)
+    kinds: dict[str, int] = field(default_factory=dict)  # what its nodes advertise together, per extended resource
 
     @property
     def advertised(self) -> int:
-        """nvidia.com/gpu the pool's nodes advertise: its GPUs times their sharing."""
+        """nvidia.com/gpu the pool's nodes advertise: per kind where the plan says (shares and MIG slices are not
+        GPUs), else (plans from before the kinds) its GPUs times their sharing."""
+        if self.partitioning is not None:
+            return self.kinds.get(GPU_RESOURCE, 0)
         return self.gpus * (self.sharing or 1)
 
 
@@ -118,6 +124,9 @@ class TenantChange:
     borrowable_before: int | None = None
     borrowable_after: int | None = None
     retired: bool = False
+    # What it was given of the kinds other than whole GPUs (shares, MIG slices), by extended resource.
+    slices_before: dict[str, int] = field(default_factory=dict)
+    slices_after: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -126,8 +135,10 @@ class Capacity:
     gpus_after: int
     quota_before: int
     quota_after: int
-    schedulable_before: int  # nvidia.com/gpu the pools advertise (time-slicing multiplies GPUs), what quotas count
+    schedulable_before: int  # nvidia.com/gpu the pools advertise, what quotas count
     schedulable_after: int
+    # The head's other kinds (GPU shares, MIG slices): extended resource -> (tenants' quotas, pools' advertised).
+    kinds_after: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -191,7 +202,8 @@ def pool_states(plan: dict[str, Any]) -> dict[str, PoolState]:
             gpus_per_node=pool.get("gpusPerNode", 0), os=pool.get("os"), kernel=pool.get("kernel"),
             image=pool.get("image"), min_nodes=pool.get("minNodes"), max_nodes=pool.get("maxNodes"),
             roll=dict(pool.get("roll") or {}), retired=bool(pool.get("retired")),
-            profile=dict(pool.get("profile") or {}), sharing=pool.get("sharing", fleet_sharing))
+            profile=dict(pool.get("profile") or {}), sharing=pool.get("sharing", fleet_sharing),
+            partitioning=pool.get("partitioning"), kinds=dict(pool.get("advertised") or {}))
             for name, pool in sorted(outputs["pools"].items())}
     capacity = outputs.get("capacity") or {}
     states = {}
@@ -358,6 +370,39 @@ def _driver_roll(step: Step, state: PoolState) -> tuple[str, int | None]:
             f"{evicted} and the driver reloaded; pulumi up does not wait for it"), at_once * state.gpus_per_node
 
 
+MIG_EVICTS = ("every GPU pod of a node is evicted before its GPUs are re-partitioned (by NVIDIA's MIG manager, one node "
+              "at a time, or with the node's replacement)")
+
+
+def _layout(pool: PoolState) -> str:
+    return pool.partitioning.removeprefix("MIG ") if (pool.partitioning or "").startswith("MIG ") else "none"
+
+
+def _mig_change(before: PoolState, after: PoolState) -> bool:
+    """Whether a pool's MIG layout changes (set, changed or removed): its GPUs are re-partitioned."""
+    return None not in (before.partitioning, after.partitioning) and _layout(before) != _layout(after)
+
+
+def _advertises(pool: PoolState) -> str:
+    return ", ".join(f"{count} {kind}" for kind, count in pool.kinds.items()) or "nothing"
+
+
+def _partition_roll(before: PoolState, after: PoolState, method: str | None) -> str:
+    """How a change of a pool's partitioning reaches its running nodes."""
+    change = f"{before.partitioning} -> {after.partitioning}"
+    then = f"its nodes then advertise {_advertises(after)} (before: {_advertises(before)})"
+    if not _mig_change(before, after):
+        return (f"{change}: the device plugin and GPU feature discovery restart on every GPU node, one node at a time "
+                "(the operator rolls their DaemonSets for the new config); running pods keep their GPUs, and "
+                f"{then}")
+    how = {"instance-refresh": "the new nodes of the instance refresh boot with the new layout",
+           "machineset": "a Job labels the pool's running machines (the machine API copies the label to their "
+                         "nodes)",
+           "bring-your-own": f"label the pool's nodes {labels.MIG_CONFIG_LABEL}={_layout(after)} yourself "
+                             "(the live node check refuses the next up until you do)"}.get(method or "", "")
+    return f"{change}: {how}; {MIG_EVICTS}; {then}"
+
+
 def _pool_change(name: str, before: PoolState | None, after: PoolState | None, steps: list[Step],
                  release: tuple[str | None, str | None], drivers: list[Step] = ()) -> PoolChange:
     brought = (after or before).roll.get("method") == "bring-your-own"
@@ -376,6 +421,9 @@ def _pool_change(name: str, before: PoolState | None, after: PoolState | None, s
         kernel = (f"kernel {before.kernel} -> {after.kernel}: its driver is declared now; you reboot the nodes into "
                   "it" if before.kernel != after.kernel else "")
         rolls = [_driver_roll(step, after)[0] for step in drivers]
+        if before.partitioning is not None and after.partitioning is not None \
+                and before.partitioning != after.partitioning:
+            rolls.append(_partition_roll(before, after, method))
         return PoolChange(name, before, after, "; ".join(filter(None, [kernel, *rolls]))
                           or "no roll (nodes are not this stack's)")
     replaced = any(step.op == "replace" and step.resource["type"] == ASG for step in steps)
@@ -409,6 +457,9 @@ def _pool_change(name: str, before: PoolState | None, after: PoolState | None, s
     elif template_changed and method == "machineset":
         phrases.append(f"MachineSet template: reaches only machines created from now on; the {before.nodes} "
                        "running nodes keep their image until replaced")
+    if before.partitioning is not None and after.partitioning is not None \
+            and before.partitioning != after.partitioning:
+        phrases.append(_partition_roll(before, after, method))
     for step in drivers:
         phrase, out = _driver_roll(step, after)
         phrases.append(phrase)
@@ -496,8 +547,15 @@ def _tenants(old: dict[str, Any], new: dict[str, Any]) -> list[TenantChange]:
     return [TenantChange(name, name, before.get(name, {}).get("gpus"), after.get(name, {}).get("gpus"),
                          before.get(name, {}).get("priorityClass"), after.get(name, {}).get("priorityClass"),
                          *(value for pair in zip(_sharing(before.get(name)), _sharing(after.get(name)))
-                           for value in pair), retired=bool(after.get(name, {}).get("retired")))
+                           for value in pair), retired=bool(after.get(name, {}).get("retired")),
+                         slices_before=_slices(before.get(name)), slices_after=_slices(after.get(name)))
             for name in sorted(set(before) | set(after))]
+
+
+def _slices(tenant: dict[str, Any] | None) -> dict[str, int]:
+    """A tenant's grants of the kinds other than whole GPUs; none in plans from before the kinds."""
+    return {kind: amount for kind, amount in ((tenant or {}).get("grants") or {}).items()
+            if kind != GPU_RESOURCE and amount}
 
 
 def _retirements(pools: list[PoolChange], tenants: list[TenantChange]) -> list[str]:
@@ -505,6 +563,14 @@ def _retirements(pools: list[PoolChange], tenants: list[TenantChange]) -> list[s
     lines = [f"pool {pool.name}: {'newly ' if pool.before and not pool.before.retired else ''}{RETIRED_POOL}"
              for pool in pools if pool.after and pool.after.retired]
     return lines + [f"tenant {tenant.name}: {RETIRED_TENANT}" for tenant in tenants if tenant.retired]
+
+
+def _other_kinds(tenants: list[TenantChange], pools: dict[str, PoolState]) -> dict[str, tuple[int, int]]:
+    """The head's kinds other than whole GPUs: (tenants' quotas, pools' advertised) of each."""
+    kinds = sorted({kind for pool in pools.values() for kind in pool.kinds if kind != GPU_RESOURCE}
+                   | {kind for tenant in tenants for kind in tenant.slices_after})
+    return {kind: (sum(tenant.slices_after.get(kind, 0) for tenant in tenants if tenant.gpus_after is not None),
+                   sum(pool.kinds.get(kind, 0) for pool in pools.values())) for kind in kinds}
 
 
 def _quota(tenants: list[TenantChange], which: str) -> int:
@@ -531,6 +597,10 @@ def _destructive(diff: PlanDiff, pools: list[PoolChange], tenants: list[TenantCh
                 and pool.after.roll.get("method") == "instance-refresh":
             items.append(Destructive(f"pool {pool.name} maximum {pool.before.max_nodes} -> {pool.after.max_nodes}",
                                      "any running nodes above the new maximum (AWS lowers the group's size to it)"))
+        elif pool.before and pool.after and _mig_change(pool.before, pool.after):
+            items.append(Destructive(f"pool {pool.name} MIG layout {_layout(pool.before)} -> {_layout(pool.after)}",
+                                     f"running GPU jobs on its {pool.after.nodes} node"
+                                     f"{'s' if pool.after.nodes != 1 else ''}: {MIG_EVICTS}"))
         elif pool.before and pool.after and pool.after.nodes < pool.before.nodes and pool.size_applied:
             items.append(Destructive(f"pool {pool.name} nodes", f"{pool.before.nodes - pool.after.nodes} nodes, "
                                      f"{pool.before.gpus - pool.after.gpus} GPUs"))
@@ -629,7 +699,8 @@ def summarize(old: dict[str, Any], new: dict[str, Any], diff: PlanDiff, *,
     capacity = Capacity(_outputs(old).get("totalGpus", sum(p.gpus for p in old_pools.values())),
                         _outputs(new).get("totalGpus", sum(p.gpus for p in new_pools.values())),
                         _quota(tenants, "before"), _quota(tenants, "after"),
-                        sum(p.advertised for p in old_pools.values()), sum(p.advertised for p in new_pools.values()))
+                        sum(p.advertised for p in old_pools.values()), sum(p.advertised for p in new_pools.values()),
+                        _other_kinds(tenants, new_pools))
     return FleetSummary(new.get("stack", ""), release[0], release[1], pools, kernels, tenants, capacity,
                         _destructive(diff, pools, tenants, kernels), _unknowns(diff, pools, kernels, offline),
                         _engine_notes(diff), _retirements(pools, tenants))

@@ -32,6 +32,7 @@ from components import labels
 from components.images import ImageName
 from fleet import sysctls
 from fleet.catalog import INSTANCE_TYPES, MAX_HUGEPAGES_SHARE
+from fleet.partitioning import GPU, SHARED_GPU, Partitioning, is_gpu_resource, kind_of, layouts_for
 from policy.index import index
 
 DEFAULT_OVERCOMMIT = 1.0
@@ -119,19 +120,20 @@ def whole(value: Any) -> int | None:
 
 
 def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, str]) -> bool:
-    """Kubernetes' toleration matching, for a taint without a value."""
+    """Kubernetes' toleration matching (k8s.io/api core/v1 toleration.go ToleratesTaint)."""
     if toleration.get("effect") and toleration.get("effect") != taint["effect"]:
         return False
     key = toleration.get("key")
     if toleration.get("operator", "Equal") == "Exists":
         return not key or key == taint["key"]
-    return key == taint["key"] and not toleration.get("value")
+    return key == taint["key"] and (toleration.get("value") or "") == (taint.get("value") or "")
 
 
 def requests_gpus(spec: Mapping[str, Any]) -> bool:
-    """Whether any container of a pod spec asks for the GPU extended resource."""
-    return any(whole(dig(c, "resources", section, labels.GPU_RESOURCE)) not in (None, 0)
-               for c in containers(spec) for section in ("limits", "requests"))
+    """Whether any container of a pod spec asks for a GPU of any kind (whole, a share, a MIG slice)."""
+    return any(is_gpu_resource(name) and whole(amount) not in (None, 0)
+               for c in containers(spec) for section in ("limits", "requests")
+               for name, amount in (dig(c, "resources", section) or {}).items())
 
 
 def tenant_namespaces(resources: Sequence[PolicyResource]) -> dict[str, PolicyResource]:
@@ -147,21 +149,24 @@ def quotas(resources: Sequence[PolicyResource], namespace: str) -> list[Mapping[
     return [r.props for r in index(resources).in_namespace("ResourceQuota", namespace)]
 
 
-def gpu_quota(quota: Mapping[str, Any]) -> Any:
-    """The GPU cap of an unscoped quota (it counts every pod of the namespace), or None."""
+def gpu_quota(quota: Mapping[str, Any], kind: str = GPU) -> Any:
+    """The cap on a kind of GPU of an unscoped quota (it counts every pod of the namespace), or None."""
     if dig(quota, "spec", "scopes") or dig(quota, "spec", "scopeSelector"):
         return None
-    return dig(quota, "spec", "hard", labels.GPU_QUOTA_KEY)
+    return dig(quota, "spec", "hard", f"requests.{kind}")
 
 
-def tenant_gpu_quotas(resources: Sequence[PolicyResource]) -> dict[str, int]:
-    """Each tenant's GPU quota (the tightest whole-number one), for tenants that have one."""
-    result = {}
+def tenant_gpu_quotas(resources: Sequence[PolicyResource]) -> dict[str, dict[str, int]]:
+    """Each tenant's quota per kind of GPU (the tightest whole-number one), for the kinds its quotas cap."""
+    result: dict[str, dict[str, int]] = {}
     for namespace in tenant_namespaces(resources):
-        caps = [whole(gpu_quota(q)) for q in quotas(resources, namespace)]
-        caps = [cap for cap in caps if cap is not None]
-        if caps:
-            result[namespace] = min(caps)
+        for quota in quotas(resources, namespace):
+            for key in dig(quota, "spec", "hard") or {}:
+                kind = str(key).removeprefix("requests.")
+                cap = whole(gpu_quota(quota, kind)) if is_gpu_resource(kind) else None
+                if cap is not None:
+                    caps = result.setdefault(namespace, {})
+                    caps[kind] = min(cap, caps.get(kind, cap))
     return result
 
 
@@ -171,12 +176,13 @@ def asg_tags(props: Mapping[str, Any]) -> dict[str, str]:
 
 
 def gpus_per_node(pool: PolicyResource) -> int:
-    """GPUs one node of a pool advertises to the cluster autoscaler (0 when the pool does not say)."""
+    """GPUs (or slices of them) one node of a pool advertises to the cluster autoscaler (0 when the pool does not
+    say): a MachineSet's GPU annotation, an Auto Scaling Group's resource tags of every GPU kind."""
     if pool.resource_type == MACHINE_SET:
-        count = dig(pool.props, "metadata", "annotations", labels.MACHINESET_CAPACITY_ANNOTATIONS["gpu"])
-    else:
-        count = asg_tags(pool.props).get(labels.CA_RESOURCE_TAG.format(resource=labels.GPU_RESOURCE))
-    return whole(count) or 0
+        return whole(dig(pool.props, "metadata", "annotations", labels.MACHINESET_CAPACITY_ANNOTATIONS["gpu"])) or 0
+    prefix = labels.CA_RESOURCE_TAG.format(resource="")
+    return sum(whole(value) or 0 for key, value in asg_tags(pool.props).items()
+               if key.startswith(prefix) and is_gpu_resource(key.removeprefix(prefix)))
 
 
 def gpu_pools(resources: Iterable[PolicyResource]) -> list[PolicyResource]:
@@ -187,7 +193,8 @@ def gpu_pools(resources: Iterable[PolicyResource]) -> list[PolicyResource]:
 
 def device_plugin_sharing(resources: Iterable[PolicyResource]) -> dict[str, int]:
     """Time-slicing replicas of nvidia.com/gpu by device-plugin config name, from the ConfigMap the ClusterPolicy
-    names (spec.devicePlugin.config.name); configs that do not share are left out."""
+    names (spec.devicePlugin.config.name); configs that do not share are left out. A share is advertised as
+    nvidia.com/gpu.shared (the configs rename it by default)."""
     found = index(resources)
     names = {dig(policy.props, "spec", "devicePlugin", "config", "name") for policy in found.of_kind("ClusterPolicy")}
     sharing = {}
@@ -205,9 +212,10 @@ def device_plugin_sharing(resources: Iterable[PolicyResource]) -> dict[str, int]
     return sharing
 
 
-def pool_capacity(pool: PolicyResource, sharing: Mapping[str, int]) -> int:
-    """nvidia.com/gpu a pool advertises at its configured size: an Auto Scaling Group's node template says it; a
-    MachineSet's GPU annotation counts physical GPUs, times the sharing of the config its nodes select.
+def pool_capacity(pool: PolicyResource, sharing: Mapping[str, int]) -> dict[str, int]:
+    """What a pool advertises at its configured size, per kind: an Auto Scaling Group's node template says it (one
+    resource tag per kind); a MachineSet's GPU annotation counts physical GPUs, which the config its nodes select
+    shares or the MIG layout they carry slices (fleet.partitioning).
 
     The size is the configured one the program records (labels.CONFIGURED_NODES), which stack policies see alike
     under `pulumi up` (outputs: the live size the autoscaler moved) and gpuctl (inputs); the size fields only
@@ -215,21 +223,35 @@ def pool_capacity(pool: PolicyResource, sharing: Mapping[str, int]) -> int:
     if pool.resource_type == MACHINE_SET:
         configured = dig(pool.props, "metadata", "annotations", labels.CONFIGURED_NODES)
         nodes = configured if configured is not None else dig(pool.props, "spec", "replicas")
-        config = dig(pool.props, "spec", "template", "spec", "metadata", "labels", labels.DEVICE_PLUGIN_CONFIG_LABEL)
-        per_node = gpus_per_node(pool) * sharing.get(config, 1)
+        node_labels = pool_node_labels(pool)
+        layout = node_labels.get(labels.MIG_CONFIG_LABEL)
+        model = node_labels.get(labels.MACHINESET_GPU_TYPE_LABEL, "")
+        partitioning = Partitioning(shares=sharing.get(node_labels.get(labels.DEVICE_PLUGIN_CONFIG_LABEL)),
+                                    mig_layout=layout if layout in layouts_for(model) else None)
+        per_node = partitioning.advertised(model, gpus_per_node(pool))
     else:
         configured = asg_tags(pool.props).get(labels.CONFIGURED_NODES)
         nodes = configured if configured is not None else pool.props.get("desiredCapacity", pool.props.get("minSize"))
-        per_node = gpus_per_node(pool)
-    return (whole(nodes) or 0) * per_node
+        prefix = labels.CA_RESOURCE_TAG.format(resource="")
+        per_node = {key.removeprefix(prefix): whole(value) or 0 for key, value in asg_tags(pool.props).items()
+                    if key.startswith(prefix) and is_gpu_resource(key.removeprefix(prefix))}
+    return {kind: (whole(nodes) or 0) * count for kind, count in per_node.items() if count}
 
 
-def byo_capacity(pool: PolicyResource) -> int:
-    """nvidia.com/gpu a bring-your-own pool advertises: what its component declares (it provisions nothing)."""
+def byo_capacity(pool: PolicyResource) -> dict[str, int]:
+    """What a bring-your-own pool advertises per kind: what its component declares (it provisions nothing)."""
     brought = pool.props.get("bringYourOwn")
     if not isinstance(brought, Mapping):
-        return 0
-    return (whole(brought.get("nodes")) or 0) * (whole(brought.get("advertisedGpusPerNode")) or 0)
+        return {}
+    nodes = whole(brought.get("nodes")) or 0
+    return {kind: nodes * (whole(count) or 0) for kind, count in (brought.get("advertisedPerNode") or {}).items()
+            if is_gpu_resource(kind) and whole(count)}
+
+
+def _add(total: dict[str, int], more: Mapping[str, int]) -> dict[str, int]:
+    for kind, count in more.items():
+        total[kind] = total.get(kind, 0) + count
+    return total
 
 
 def registers_gpu_taint(template: PolicyResource) -> bool:
@@ -377,18 +399,37 @@ def _tenant_gpu_quota(args: StackValidationArgs, report: ReportViolation) -> Non
 
 
 def _quota_within_capacity(args: StackValidationArgs, report: ReportViolation) -> None:
+    """Per kind: every tenant's quota together within what the pools advertise; and what tenants cannot place on
+    pools dedicated to them within the pools dedicated to no one (a dedicated pool counts toward its owners only)."""
     ratio = float(args.get_config().get("maxOvercommit", DEFAULT_OVERCOMMIT))
     promised = tenant_gpu_quotas(args.resources)
-    total = sum(promised.values())
-    sharing = device_plugin_sharing(args.resources)
-    found = index(args.resources)
-    capacity = (sum(pool_capacity(pool, sharing) for pool in gpu_pools(found.selected(is_pool)))
-                + sum(byo_capacity(pool) for pool in found.of_type(POOL_COMPONENT)))
-    if total > capacity * ratio:
-        tenants = ", ".join(f"{name} {gpus}" for name, gpus in sorted(promised.items()))
-        report(f"tenant GPU quotas add up to {total} GPUs ({tenants}) but the GPU pools advertise {capacity}; with "
-               f"maxOvercommit {ratio:g} at most {capacity * ratio:g} may be promised. Lower the tenants' GPUs, add "
-               "pool replicas, or raise maxOvercommit in the pack config", None)
+    pools = queue_pools(args.resources)
+    namespaces = tenant_namespaces(args.resources)
+    capacity: dict[str, int] = {}
+    for pool in pools:
+        _add(capacity, pool.capacity)
+    for kind in sorted({kind for caps in promised.values() for kind in caps} | {GPU}):
+        quotas_of = {name: caps[kind] for name, caps in promised.items() if kind in caps}
+        total, advertised = sum(quotas_of.values()), capacity.get(kind, 0)
+        tenants = ", ".join(f"{name} {amount}" for name, amount in sorted(quotas_of.items()))
+        what = "GPU quotas" if kind == GPU else f"quotas of {kind_of(kind)} ({kind})"
+        unit = " GPUs" if kind == GPU else ""
+        if total > advertised * ratio:
+            report(f"tenant {what} add up to {total}{unit} ({tenants}) but the GPU pools advertise {advertised}; "
+                   f"with maxOvercommit {ratio:g} at most {advertised * ratio:g} may be promised. Lower the tenants' "
+                   "quotas, add pool replicas, or raise maxOvercommit in the pack config", None)
+            continue
+        open_capacity = sum(pool.capacity.get(kind, 0) for pool in pools if pool.dedicated_to is None)
+        beyond = {name: amount - sum(pool.capacity.get(kind, 0) for pool in pools if pool.dedicated_to is not None
+                                     and pool.owned_by(namespaces.get(name)))
+                  for name, amount in quotas_of.items()}
+        spill = sum(max(0, amount) for amount in beyond.values())
+        if spill > open_capacity * ratio:
+            dedicated = ", ".join(sorted(pool.what for pool in pools if pool.dedicated_to is not None))
+            report(f"tenant {what} beyond what their dedicated pools hold add up to {spill}{unit} ({tenants}) but "
+                   f"the pools dedicated to no one advertise {open_capacity} (dedicated: {dedicated}, counted "
+                   "toward their owners only); lower the quotas of tenants without a dedicated pool, or add "
+                   "capacity", None)
 
 
 def pool_node_labels(pool: PolicyResource) -> dict[str, str]:
@@ -404,19 +445,32 @@ def pool_taints(pool: PolicyResource) -> list[dict[str, str]]:
     if pool.resource_type == MACHINE_SET:
         return [dict(taint) for taint in items(dig(pool.props, "spec", "template", "spec", "taints"))]
     prefix = labels.CA_TAINT_TAG.format(key="")
-    return [{"key": key.removeprefix(prefix), "effect": value.rpartition(":")[2]}
+    return [{"key": key.removeprefix(prefix), "effect": value.rpartition(":")[2],
+             **({"value": value.rpartition(":")[0]} if value.rpartition(":")[0] else {})}
             for key, value in asg_tags(pool.props).items() if key.startswith(prefix)]
 
 
 @dataclass(frozen=True)
 class PoolView:
-    """A GPU pool as Kueue's flavors meet it: what it is, its nodes' labels and taints, the GPUs it advertises."""
+    """A GPU pool as quotas and Kueue's flavors meet it: what it is, its nodes' labels and taints, what it
+    advertises per kind."""
 
     resource: PolicyResource
     what: str
     node_labels: dict[str, str]
     taints: list[dict[str, str]]
-    capacity: int
+    capacity: dict[str, int]
+
+    @property
+    def dedicated_to(self) -> str | None:
+        """The pool a dedicated taint reserves (its value), or None for a pool any tenant may use."""
+        return next((str(taint.get("value") or "") for taint in self.taints
+                     if taint.get("key") == labels.DEDICATED_TAINT_KEY), None)
+
+    def owned_by(self, namespace: PolicyResource | None) -> bool:
+        """Whether a tenant namespace carries the label that lets its pods onto this dedicated pool."""
+        label = labels.DEDICATED_POOL_LABEL.format(pool=self.dedicated_to)
+        return namespace is not None and bool(dig(namespace.props, "metadata", "labels", label))
 
 
 def queue_pools(resources: Sequence[PolicyResource]) -> list[PoolView]:
@@ -430,7 +484,8 @@ def queue_pools(resources: Sequence[PolicyResource]) -> list[PoolView]:
         brought = pool.props.get("bringYourOwn")
         if isinstance(brought, Mapping):
             views.append(PoolView(pool, f"bring-your-own pool {pool.name}", dict(brought.get("nodeSelector") or {}),
-                                  [dict(labels.GPU_TAINT)], byo_capacity(pool)))
+                                  [dict(taint) for taint in items(brought.get("taints"))] or [dict(labels.GPU_TAINT)],
+                                  byo_capacity(pool)))
     return views
 
 
@@ -441,10 +496,10 @@ def flavor_pools(flavor: Mapping[str, Any], pools: Iterable[PoolView]) -> list[P
 
 
 def queue_quotas(cluster_queue: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    """(flavor, quota) of each GPU quota of a ClusterQueue."""
+    """(flavor, quota) of each quota of a kind of GPU of a ClusterQueue."""
     return [(flavor.get("name"), quota) for group in items(dig(cluster_queue, "spec", "resourceGroups"))
             for flavor in items(group.get("flavors")) for quota in items(flavor.get("resources"))
-            if quota.get("name") == labels.GPU_RESOURCE]
+            if is_gpu_resource(str(quota.get("name")))]
 
 
 def _lendable(quota: Mapping[str, Any]) -> int:
@@ -457,22 +512,23 @@ def _queue_within_capacity(args: StackValidationArgs, report: ReportViolation) -
     found = index(args.resources)
     flavors = {dig(r.props, "metadata", "name"): r for r in found.of_kind("ResourceFlavor")}
     pools = queue_pools(args.resources)
-    promised: dict[str, list[tuple[str, int]]] = {}
+    promised: dict[tuple[str, str], list[tuple[str, int]]] = {}
     for queue in found.of_kind("ClusterQueue"):
         for flavor, quota in queue_quotas(queue.props):
             if flavor not in flavors:
                 report(f"ClusterQueue {dig(queue.props, 'metadata', 'name')} guarantees GPUs of flavor {flavor}, "
                        "which is not a ResourceFlavor of this stack; name a pool's flavor", queue.urn)
                 continue
-            promised.setdefault(flavor, []).append((dig(queue.props, "metadata", "name"),
-                                                    whole(quota.get("nominalQuota")) or 0))
-    for flavor, shares in promised.items():
-        capacity = sum(pool.capacity for pool in flavor_pools(flavors[flavor].props, pools))
+            promised.setdefault((flavor, str(quota.get("name"))), []).append(
+                (dig(queue.props, "metadata", "name"), whole(quota.get("nominalQuota")) or 0))
+    for (flavor, kind), shares in promised.items():
+        capacity = sum(pool.capacity.get(kind, 0) for pool in flavor_pools(flavors[flavor].props, pools))
         total = sum(gpus for _, gpus in shares)
         if total > capacity:
             who = ", ".join(f"{name} {gpus}" for name, gpus in shares)
-            report(f"ClusterQueues guarantee {total} GPUs of flavor {flavor} ({who}) but its pool advertises "
-                   f"{capacity}; lower the tenants' gpus, let them use other pools, or add replicas",
+            what = "GPUs" if kind == GPU else kind_of(kind)
+            report(f"ClusterQueues guarantee {total} {what} of flavor {flavor} ({who}) but its pool advertises "
+                   f"{capacity}; lower the tenants' quotas, let them use other pools, or add replicas",
                    flavors[flavor].urn)
 
 
@@ -486,7 +542,8 @@ def _queue_borrowing_within_cohort(args: StackValidationArgs, report: ReportViol
                 continue
             lendable = sum(_lendable(other_quota) for other in queues if other is not queue and cohort
                            and dig(other.props, "spec", "cohortName") == cohort
-                           for other_flavor, other_quota in queue_quotas(other.props) if other_flavor == flavor)
+                           for other_flavor, other_quota in queue_quotas(other.props)
+                           if other_flavor == flavor and other_quota.get("name") == quota.get("name"))
             if limit > lendable:
                 report(f"ClusterQueue {dig(queue.props, 'metadata', 'name')} may borrow {limit} GPUs of flavor "
                        f"{flavor}, but the rest of cohort {cohort or '(none)'} can lend at most {lendable} there; "
@@ -496,10 +553,11 @@ def _queue_borrowing_within_cohort(args: StackValidationArgs, report: ReportViol
 def _queue_flavors_tolerate_pools(args: StackValidationArgs, report: ReportViolation) -> None:
     found = index(args.resources)
     pools = queue_pools(args.resources)
+    gpu_flavors = {flavor for queue in found.of_kind("ClusterQueue") for flavor, _ in queue_quotas(queue.props)}
     for flavor in found.of_kind("ResourceFlavor"):
         name = dig(flavor.props, "metadata", "name")
         selected = flavor_pools(flavor.props, pools)
-        if not selected:
+        if not selected and (name in gpu_flavors or dig(flavor.props, "spec", "nodeLabels")):
             report(f"ResourceFlavor {name} selects no GPU pool's nodes by its nodeLabels, so workloads admitted to it "
                    f"wait forever; set nodeLabels {{{labels.POOL_LABEL}: <pool>}}", flavor.urn)
         tolerations = items(dig(flavor.props, "spec", "tolerations"))

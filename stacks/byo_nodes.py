@@ -73,6 +73,22 @@ def check_byo_nodes(pools: Sequence[NodePoolConfig], nodes: dict[str, list[LiveN
                     f"{PROJECT}:nodePools: pool {pool.name!r} shares GPUs (timeSlicingReplicas) but nodes "
                     f"{', '.join(unlabelled)} do not select its device-plugin config; label them: kubectl label "
                     f"nodes {' '.join(unlabelled)} --overwrite {config}={pool.name}")
+        layout = labels.MIG_CONFIG_LABEL
+        if pool.mig_layout:
+            unlabelled = sorted(node.name for node in found if node.labels.get(layout) != pool.mig_layout)
+            if unlabelled:
+                raise ByoNodesError(
+                    f"{PROJECT}:nodePools: pool {pool.name!r} slices its GPUs by MIG layout {pool.mig_layout} but "
+                    f"nodes {', '.join(unlabelled)} do not carry it, so the MIG manager keeps their GPUs as they are; "
+                    f"label them: kubectl label nodes {' '.join(unlabelled)} --overwrite {layout}={pool.mig_layout}")
+        if pool.dedicated_to:
+            dedicated = f"{labels.DEDICATED_TAINT_KEY}={pool.name}:NoSchedule"
+            open_nodes = sorted(node.name for node in found if dedicated not in node.taints)
+            if open_nodes:
+                raise ByoNodesError(
+                    f"{PROJECT}:nodePools: pool {pool.name!r} is dedicated to {', '.join(pool.dedicated_to)} but "
+                    f"nodes {', '.join(open_nodes)} lack its taint {dedicated}, so other tenants' pods could run "
+                    f"there; taint them: kubectl taint nodes {' '.join(open_nodes)} {dedicated}")
         if len(found) != pool.replicas:
             warnings.append(f"pool {pool.name!r} declares {pool.replicas} nodes but {len(found)} match "
                             f"{selector(pool)}; quotas and policies count {pool.replicas}")
@@ -86,4 +102,5 @@ def selector(pool: NodePoolConfig) -> str:
 
 def _live(node: client.V1Node) -> LiveNode:
     return LiveNode(node.metadata.name, dict(node.metadata.labels or {}),
-                    frozenset(f"{taint.key}:{taint.effect}" for taint in node.spec.taints or []))
+                    frozenset(f"{taint.key}{'=' + taint.value if taint.value else ''}:{taint.effect}"
+                              for taint in node.spec.taints or []))

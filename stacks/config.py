@@ -20,6 +20,7 @@ from components import labels
 from fleet.catalog import (HUGEPAGE_SIZES_MIB, INSTANCE_TYPES, KUBERNETES_OSES, MAX_HUGEPAGES_SHARE, NODE_OSES,
                            OPENSHIFT_KUBERNETES, InstanceType)
 from fleet import sysctls
+from fleet.partitioning import SHARED_GPU, Partitioning, kind_of, layouts_for, mig_resource, profiles_of
 from fleet.cpusets import parse_cpuset
 from fleet.kernels import DriverRelease, KernelTarget
 
@@ -38,6 +39,7 @@ MAX_POOL_NODES = 1000
 MAX_TENANT_GPUS = 100_000
 _CPU = r"^([1-9][0-9]{0,5}|[1-9][0-9]{0,8}m)$"  # whole cores or millicores
 _MEMORY = r"^[1-9][0-9]{0,6}(Mi|Gi|Ti)$"
+_MIG_PROFILE = re.compile(r"[1-7]g\.[0-9]+gb(\+me)?")  # a MIG profile of fleet.partitioning.MIG_LAYOUTS
 
 
 class ConfigError(ValueError):
@@ -411,7 +413,13 @@ class NodePoolConfig(StrictModel):
     profile: NodeProfileConfig | None = Field(default=None, description="node tuning; none: the image's defaults")
     fabric: Literal["efa"] | None = Field(default=None, description="Kubernetes: EFA interfaces for collectives")
     time_slicing_replicas: Int | None = Field(default=None, ge=2, le=64, description=(
-        "share each GPU of the pool between this many pods (one share per request); unset: whole GPUs"))
+        "share each GPU of the pool between this many pods, advertised as nvidia.com/gpu.shared (one per "
+        "container); unset: whole GPUs"))
+    mig_layout: str | None = Field(default=None, description=(
+        "cut each GPU into MIG slices by this layout of NVIDIA's MIG manager (e.g. all-1g.10gb, all-balanced), "
+        "advertised as nvidia.com/mig-<profile>; unset: whole GPUs"))
+    dedicated_to: tuple[str, ...] | None = Field(default=None, min_length=1, description=(
+        "tenants the pool is reserved for: its nodes carry a second taint only their pods may tolerate"))
     subnet_id: str | None = Field(default=None, pattern=r"^subnet-[0-9a-f]{8,17}$",
                                   description="Kubernetes: the one subnet (one zone) of an EFA pool")
     roll: RollConfig = Field(default=RollConfig(), description="Kubernetes: how an image change replaces the nodes")
@@ -427,8 +435,8 @@ class NodePoolConfig(StrictModel):
             provisioned = [to_camel(field) for field in _PROVISIONING_FIELDS if field in self.model_fields_set]
             if provisioned:
                 raise ValueError(f"{', '.join(provisioned)}: a bringYourOwn pool's nodes are provisioned outside this "
-                                 "stack, which sets only its replicas (node count), os, kernel and "
-                                 "timeSlicingReplicas; remove them")
+                                 "stack, which sets only its replicas (node count), os, kernel, "
+                                 "timeSlicingReplicas, migLayout and dedicatedTo; remove them")
         else:
             missing = [to_camel(field) for field in ("instance_type", "image") if getattr(self, field) is None]
             if missing:
@@ -455,11 +463,47 @@ class NodePoolConfig(StrictModel):
             raise ValueError("minReplicas must not exceed replicas")
         if self.profile is not None:
             self.profile.check_instance(self.instance)
+        self._check_partitioning()
         if self.fabric == "efa" and not self.instance.efa:
             capable = ", ".join(name for name, instance in INSTANCE_TYPES.items() if instance.efa)
             raise ValueError(f"fabric efa: instanceType {self.instance_type!r} has no EFA; use one of {capable} "
                              "or remove fabric")
         return self
+
+    def _check_partitioning(self) -> None:
+        """A pool shares its GPUs or slices them, not both; a MIG layout the pool's GPU can hold."""
+        if len(set(self.dedicated_to or ())) != len(self.dedicated_to or ()):
+            raise ValueError("dedicatedTo names a tenant twice; list each once")
+        if self.mig_layout is None:
+            return
+        if self.time_slicing_replicas is not None:
+            raise ValueError("timeSlicingReplicas and migLayout: a pool shares its GPUs by time or slices them with "
+                             "MIG, not both; keep one (or make two pools)")
+        model = self.instance.gpu_model
+        layouts = layouts_for(model)
+        if not layouts:
+            capable = ", ".join(name for name, instance in INSTANCE_TYPES.items() if layouts_for(instance.gpu_model))
+            raise ValueError(f"migLayout {self.mig_layout!r}: the pool's GPU {model} has no MIG; share it with "
+                             f"timeSlicingReplicas instead, or use a MIG-capable type ({capable})")
+        if self.mig_layout not in layouts:
+            offered = ", ".join(f"{name} ({', '.join(f'{count}x {profile}' for profile, count in devices.items())})"
+                                for name, devices in layouts.items())
+            raise ValueError(f"migLayout {self.mig_layout!r} is not a layout a {model} can hold; its profiles are "
+                             f"{', '.join(profiles_of(model))}, in the layouts {offered}")
+
+    @property
+    def partitioning(self) -> Partitioning:
+        return Partitioning(shares=self.time_slicing_replicas, mig_layout=self.mig_layout)
+
+    @property
+    def advertised_per_node(self) -> dict[str, int]:
+        """What the device plugin advertises on one node, by extended resource (fleet.partitioning)."""
+        return self.partitioning.advertised(self.instance.gpu_model, self.instance.gpus)
+
+    @property
+    def advertised(self) -> dict[str, int]:
+        """What the pool's nodes advertise together at its configured size, by extended resource."""
+        return {name: count * self.replicas for name, count in self.advertised_per_node.items()}
 
     @property
     def instance(self) -> InstanceType:
@@ -476,15 +520,6 @@ class NodePoolConfig(StrictModel):
     @property
     def gpu_capacity(self) -> int:
         return self.replicas * self.instance.gpus
-
-    @property
-    def advertised_gpus_per_node(self) -> int:
-        """What the device plugin advertises on one node as nvidia.com/gpu: its GPUs, times the pool's sharing."""
-        return self.instance.gpus * (self.time_slicing_replicas or 1)
-
-    @property
-    def advertised_capacity(self) -> int:
-        return self.replicas * self.advertised_gpus_per_node
 
     @property
     def autoscaler_min(self) -> int:
@@ -628,7 +663,11 @@ class TenantConfig(StrictModel):
     """A team with its own namespace and a GPU quota."""
 
     name: Annotated[str, _dns_label(50), AfterValidator(_tenant_namespace)]
-    gpus: Int = Field(ge=0, le=MAX_TENANT_GPUS)
+    gpus: Int = Field(default=0, ge=0, le=MAX_TENANT_GPUS, description="whole GPUs (nvidia.com/gpu)")
+    gpu_shares: Int = Field(default=0, ge=0, le=MAX_TENANT_GPUS, description=(
+        "time-sliced GPU shares (nvidia.com/gpu.shared) of the pools that share their GPUs"))
+    mig_slices: dict[str, Annotated[Int, Field(ge=0, le=MAX_TENANT_GPUS)]] = Field(default_factory=dict, description=(
+        "MIG slices by profile (e.g. 1g.10gb: 7; nvidia.com/mig-<profile>) of the pools with a MIG layout"))
     priority_class: Literal["gpu-high", "gpu-low"] = labels.LOW_PRIORITY_CLASS
     group: Annotated[str, AfterValidator(_tenant_group)] | None = Field(default=None, min_length=1)
     retired: StrictBool = Field(default=False, description="unprotect the namespace so a later change may remove it")
@@ -640,6 +679,10 @@ class TenantConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> TenantConfig:
+        for profile in self.mig_slices:
+            if not _MIG_PROFILE.fullmatch(profile):
+                raise ValueError(f"migSlices: {profile!r} is not a MIG profile; name one as the device plugin does "
+                                 "after nvidia.com/mig-, e.g. 1g.10gb or 3g.40gb")
         names = [network.name for network in self.networks]
         if len(set(names)) != len(names):
             raise ValueError("networks: each network name may appear once")
@@ -648,6 +691,13 @@ class TenantConfig(StrictModel):
     @property
     def rbac_group(self) -> str:
         return self.group or self.name
+
+    @property
+    def grants(self) -> dict[str, int]:
+        """What the tenant was given, by extended resource: whole GPUs always (0 is a grant of none), the rest when
+        given."""
+        return {labels.GPU_RESOURCE: self.gpus, **({SHARED_GPU: self.gpu_shares} if self.gpu_shares else {}),
+                **{mig_resource(profile): count for profile, count in sorted(self.mig_slices.items()) if count}}
 
 
 class DevicePluginConfig(StrictModel):
@@ -787,6 +837,7 @@ class StackConfig(StrictModel):
         self._check_networks_carry_traffic()
         self._check_network_isolation()
         self._check_tenancy()
+        self._check_partitions()
         self.driver.check_for(self.driver_release.precompiled)
         if self.images.nfd and "@" in self.images.nfd:
             raise ValueError("images.nfd: the NFD chart takes a tag, not a digest; use registry/repository:tag")
@@ -813,6 +864,16 @@ class StackConfig(StrictModel):
             raise _field_error(("cluster",), (
                 f"{missing} required: pool {self.aws_pools[0].name!r} is an Auto Scaling Group launched into them "
                 "(set them, or make every pool bringYourOwn)"))
+        brought = [(index, pool) for index, pool in enumerate(self.node_pools) if pool.bring_your_own is not None]
+        for index, pool in brought:
+            mine = pool.bring_your_own.node_selector.items()
+            for _, other in brought:
+                theirs = other.bring_your_own.node_selector.items()
+                if other is not pool and theirs <= mine:
+                    raise _field_error(("nodePools", index, "bringYourOwn", "nodeSelector"), (
+                        f"every node it selects is also selected by pool {other.name!r} (its selector "
+                        f"{dict(theirs)} is a subset), so a node would belong to two pools; give each pool a "
+                        "label of its own"))
         if cluster.node_termination_handler_role and not self.aws_pools:
             raise _field_error(("cluster", "nodeTerminationHandlerRole"), (
                 "drains Auto Scaling Group nodes, and no pool is one; remove it"))
@@ -860,6 +921,38 @@ class StackConfig(StrictModel):
                 if name not in pools:
                     raise _field_error(("tenants", index, "queue", "pools"), (
                         f"{name!r} is not a pool of nodePools; use one of {', '.join(pools)}"))
+
+    def _check_partitions(self) -> None:
+        """Dedicated pools name tenants of the stack; each kind a tenant is given is advertised by a pool it may
+        use; a tenant's queue lists no pool dedicated to others."""
+        names = [tenant.name for tenant in self.tenants]
+        for index, pool in enumerate(self.node_pools):
+            for owner in pool.dedicated_to or ():
+                if owner not in names:
+                    raise _field_error(("nodePools", index, "dedicatedTo"), (
+                        f"{owner!r} is not a tenant of this stack; use one of {', '.join(names) or '(none yet)'}"))
+        queued = self.tenancy.mode == "queue"
+        for index, tenant in enumerate(self.tenants):
+            listed = tenant.queue.pools if queued and tenant.queue.pools else None
+            for name in tenant.queue.pools or ():
+                pool = next(pool for pool in self.node_pools if pool.name == name)
+                if not self.may_use(tenant, pool):
+                    raise _field_error(("tenants", index, "queue", "pools"), (
+                        f"{name!r} is dedicated to {', '.join(pool.dedicated_to)}; remove it, or add "
+                        f"{tenant.name!r} to its dedicatedTo"))
+            usable = [pool for pool in self.node_pools if self.may_use(tenant, pool)
+                      and (listed is None or pool.name in listed)]
+            offered = {name for pool in usable for name in pool.advertised_per_node}
+            for name, amount in tenant.grants.items():
+                if amount and name not in offered:
+                    field, hint = _GRANT_FIELDS[kind_of(name).split()[0]]
+                    raise _field_error(("tenants", index, field), (
+                        f"{amount} {kind_of(name)}, but no pool this tenant may use advertises {name}; {hint}"))
+
+    @staticmethod
+    def may_use(tenant: TenantConfig, pool: NodePoolConfig) -> bool:
+        """Whether a tenant's pods may run on a pool: any pool not dedicated, or one dedicated to it."""
+        return pool.dedicated_to is None or tenant.name in pool.dedicated_to
 
     def _check_network_isolation(self) -> None:
         """No two tenants share a layer-2 segment (a macvlan host interface, or SR-IOV VFs of one resource on one
@@ -927,6 +1020,13 @@ class StackConfig(StrictModel):
     def prometheus_operator(self) -> bool:
         return self.monitoring.enabled(self.cluster.flavor)
 
+
+# A grant's field by its kind's first word (fleet.partitioning.kind_of), and how to offer that kind.
+_GRANT_FIELDS = {
+    "whole": ("gpus", "give a pool whole GPUs (no timeSlicingReplicas or migLayout), or set gpus: 0"),
+    "GPU": ("gpuShares", "set timeSlicingReplicas on a pool, or remove gpuShares"),
+    "MIG": ("migSlices", "give a pool a migLayout with that profile, or remove it from migSlices"),
+}
 
 CONFIG_KEYS = {to_camel(name): name for name in StackConfig.model_fields}
 SECRET_KEYS = frozenset({"registryPullSecret"})

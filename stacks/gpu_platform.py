@@ -6,7 +6,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import labels
-from components.admission import TenantAdmission, TenantAdmissionArgs, gpu_guard_args
+from components.admission import (VALIDATIONS, TenantAdmission, TenantAdmissionArgs, dedicated_validations,
+                                  gpu_guard_args)
 from components.cluster_policy import ClusterPolicyStack, ClusterPolicyStackArgs
 from components.device_plugin import DevicePluginStack, DevicePluginStackArgs
 from components.driver import DriverStack, DriverStackArgs
@@ -55,7 +56,7 @@ class GpuPlatform(pulumi.ComponentResource):
         ), pulumi.ResourceOptions(parent=self, depends_on=[nfd.ready]))
         after_install = pulumi.ResourceOptions(parent=self, depends_on=[operator.installed])
         device_plugin = DevicePluginStack("device-plugin", DevicePluginStackArgs(
-            namespace=namespace, pools={pool.name: pool.time_slicing_replicas for pool in config.node_pools}),
+            namespace=namespace, pools={pool.name: pool.partitioning for pool in config.node_pools}),
             after_install)
         cluster_policy = ClusterPolicyStack("cluster-policy", ClusterPolicyStackArgs(
             flavor=flavor, images={**labels.OPERAND_IMAGES, **config.images.operands()},
@@ -98,7 +99,9 @@ class GpuPlatform(pulumi.ComponentResource):
         if openshift and not cluster.project_self_provisioning:
             self_provisioning_off("project-self-provisioning-off", pulumi.ResourceOptions(parent=self))
         # Both bound before any tenant namespace exists, so no tenant pod is ever admitted unchecked.
-        admission = TenantAdmission("tenant-admission", TenantAdmissionArgs(), pulumi.ResourceOptions(parent=self))
+        owners = {pool.name: pool.dedicated_to for pool in config.node_pools if pool.dedicated_to}
+        admission = TenantAdmission("tenant-admission", TenantAdmissionArgs(
+            validations=(*VALIDATIONS, *dedicated_validations(owners))), pulumi.ResourceOptions(parent=self))
         # Outside tenant namespaces no pod gets a GPU: the quota exists only in tenants'.
         TenantAdmission("gpu-guard", gpu_guard_args(
             (labels.GPU_OPERATOR_NAMESPACES[flavor], labels.NFD_NAMESPACES[flavor], *cluster.scrapers,
@@ -108,15 +111,22 @@ class GpuPlatform(pulumi.ComponentResource):
         queued = config.tenancy.mode == "queue"
         # Queue mode: Kueue and its refusal of GPU work outside the queues, before any tenant namespace exists.
         kueue = Kueue("kueue", KueueArgs({name: pool.node_selector for name, pool in self.pools.items()},
+                                          {name: pool.taints for name, pool in self.pools.items()},
                                           config.charts.mirror, cli_image,
-                                          install_cert_manager=config.tenancy.cert_manager == "install"),
+                                          install_cert_manager=config.tenancy.cert_manager == "install",
+                                          compute=openshift),
                       pulumi.ResourceOptions(parent=self)) if queued else None
         tenants = part.tenants(config.tenants) if part else config.tenants  # those this process registers
+        # Every kind the fleet advertises is capped in each tenant's quota (0 where not given): a quota caps only
+        # the resources it names.
+        kinds = sorted({labels.GPU_RESOURCE, *(kind for pool in config.node_pools for kind in pool.advertised_per_node)})
         self.tenants = {
             tenant.name: TenantQuota(f"tenant-{tenant.name}", TenantQuotaArgs(
-                name=tenant.name, gpus=tenant.gpus, priority_class=tenant.priority_class, group=tenant.rbac_group,
+                name=tenant.name, quota={kind: tenant.grants.get(kind, 0) for kind in kinds},
+                priority_class=tenant.priority_class, group=tenant.rbac_group,
                 cpu=tenant.cpu, memory=tenant.memory, pods=tenant.pods, scrapers=cluster.scrapers,
                 protect=not tenant.retired, gpu_quota=not queued, kueue_managed=queued and openshift,
+                dedicated_pools=tuple(name for name, tenants in owners.items() if tenant.name in tenants),
             ), pulumi.ResourceOptions(parent=self, depends_on=[*priority_classes, role, admission, network_admission,
                                                                *([kueue] if kueue else [])]))
             for tenant in tenants
@@ -140,14 +150,15 @@ class GpuPlatform(pulumi.ComponentResource):
             "cluster": cluster.name,
             "kubernetesVersion": cluster.kubernetes_version,
             "capacity": {pool.name: pool.gpu_capacity for pool in config.node_pools},
+            "advertised": {pool.name: pool.advertised for pool in config.node_pools},
             "totalGpus": config.gpu_capacity,
             "kernels": [target.key for target in inventory.targets],
             "keptKernels": [target.key for target in inventory.kept],
             "declaredKernels": sorted(target.key for target in config.declared_kernels),
             "driverImages": driver.images,
             # Queue mode adds each tenant's guaranteed GPUs per pool and what it may borrow beyond them.
-            "tenants": {tenant.name: {"gpus": tenant.gpus, "priorityClass": tenant.priority_class,
-                                      "retired": tenant.retired, **({
+            "tenants": {tenant.name: {"gpus": tenant.gpus, "grants": tenant.grants,
+                                      "priorityClass": tenant.priority_class, "retired": tenant.retired, **({
                 "tenancy": "queue", "guaranteed": shares[tenant.name], "borrowable": lendable[tenant.name]}
                 if queued else {})} for tenant in config.tenants},
             "pools": {pool.name: {
@@ -155,7 +166,8 @@ class GpuPlatform(pulumi.ComponentResource):
                 "maxNodes": pool.autoscaler_max, "gpusPerNode": pool.instance.gpus, "gpuModel": pool.instance.gpu_model,
                 "gpus": pool.gpu_capacity,
                 # pods per GPU (1: whole GPUs; a None would not survive as an output)
-                "sharing": pool.time_slicing_replicas or 1, "advertisedGpus": pool.advertised_capacity,
+                "sharing": pool.time_slicing_replicas or 1, "partitioning": pool.partitioning.describe(),
+                "advertised": pool.advertised, "dedicatedTo": list(pool.dedicated_to or ()),
                 "os": config.kernel_target(pool).os, "kernel": pool.kernel, "image": pool.image,
                 "retired": pool.retired, "roll": self.pools[pool.name].roll,
             } for pool in config.node_pools},
@@ -188,7 +200,8 @@ class GpuPlatform(pulumi.ComponentResource):
             placement = BringYourOwnPlacement(dict(pool.bring_your_own.node_selector))
         elif cluster.flavor == "openshift":
             placement = MachineSetPlacement(cluster.infrastructure_id, pool.machine_set_name(cluster),
-                                            cluster.region, pool.zone(cluster))
+                                            cluster.region, pool.zone(cluster),
+                                            labels.OPENSHIFT_CLI_IMAGE.format(minor=cluster.minor))
         else:
             # An EFA pool launches in its one subnet: its cluster placement group lives in one availability zone.
             placement = AutoScalingPlacement(cluster.name, (pool.subnet_id,) if pool.subnet_id else cluster.subnet_ids,
@@ -198,7 +211,8 @@ class GpuPlatform(pulumi.ComponentResource):
             min_replicas=pool.autoscaler_min, max_replicas=pool.autoscaler_max, image=pool.image,
             root_volume_gib=pool.root_volume_gib, placement=placement, kernel=pool.kernel_target,
             refresh=InstanceRefresh(**pool.roll.model_dump()), retired=pool.retired,
-            sharing=pool.time_slicing_replicas, drain_permitted=bool(cluster.node_termination_handler_role),
+            partitioning=pool.partitioning, dedicated=pool.dedicated_to is not None,
+            drain_permitted=bool(cluster.node_termination_handler_role),
             **tuning.pool_args(pool))
 
     def _pull_secret(self, config: StackConfig, namespace: str, after: pulumi.Resource) -> k8s.core.v1.Secret | None:

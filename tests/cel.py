@@ -36,9 +36,10 @@ def _variables(values: Mapping[str, Any]) -> celpy.celtypes.MapType:
 
 def broken_rules(variables: Mapping[str, str], validations: Sequence[tuple[str, str]], obj: dict[str, Any], *,
                  namespace: str = "team", tenant_class: str = "", operation: str = "CREATE",
-                 user: str = "alice") -> list[str]:
-    """The messages of the validations `obj` breaks in `namespace` (a tenant of `tenant_class`), sent by `user`."""
-    labels = {"gpu-platform.io/priority-class": tenant_class} if tenant_class else {}
+                 user: str = "alice", namespace_labels: Mapping[str, str] | None = None) -> list[str]:
+    """The messages of the validations `obj` breaks in `namespace` (a tenant of `tenant_class`, with
+    `namespace_labels` besides), sent by `user`."""
+    labels = {**({"gpu-platform.io/priority-class": tenant_class} if tenant_class else {}), **(namespace_labels or {})}
     activation: dict[str, Any] = {
         "object": celpy.json_to_cel(obj),
         "request": celpy.json_to_cel({"operation": operation, "namespace": namespace,

@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 
 from components import labels
-from components.admission import GUARD_POLICY_NAME, GUARD_VALIDATIONS, POLICY_NAME, VALIDATIONS, VARIABLES
+from components.admission import (GUARD_POLICY_NAME, GUARD_VALIDATIONS, POLICY_NAME, VALIDATIONS, VARIABLES,
+                                  dedicated_validations)
+from fleet.partitioning import SHARED_GPU
 from tests.cel import broken_rules, program
 from tests.conftest import Plan
 
@@ -172,3 +174,89 @@ def test_tenant_namespaces_are_created_only_after_the_policy_is_bound(dev_plan: 
     tenants = [namespace for namespace in dev_plan.of_type("kubernetes:core/v1:Namespace")
                if labels.TENANT_LABEL in namespace["inputs"]["metadata"].get("labels", {})]
     assert tenants and all(binding in namespace["dependencies"] for namespace in tenants)
+
+
+# -- kinds of GPU and dedicated pools ---------------------------------------------------------------------------
+
+
+def asking(resources: dict[str, str], **spec: Any) -> dict[str, Any]:
+    pod = copy.deepcopy(GPU_POD)
+    pod["spec"]["containers"][0]["resources"] = {"limits": resources}
+    pod["spec"].update(spec)
+    return pod
+
+
+@pytest.mark.parametrize("resources", [{SHARED_GPU: "1"}, {"nvidia.com/mig-1g.10gb": "2"},
+                                       {"nvidia.com/mig-1g.10gb.me": "1"}])
+def test_a_share_or_a_mig_slice_is_a_gpu_request_that_may_tolerate_the_taint(resources: dict[str, str]) -> None:
+    assert admit(asking(resources)) == []
+
+
+def test_a_cpu_pod_tolerating_the_taint_with_a_zero_slice_is_refused() -> None:
+    [(_, text)] = [rule for rule in VALIDATIONS if rule[0] == "variables.requestsGpu || !variables.toleratesGpuTaint"]
+
+    assert admit(asking({"nvidia.com/mig-1g.10gb": "0"})) == [text]
+
+
+@pytest.mark.parametrize("section", ["limits", "requests"])
+def test_two_shares_in_one_container_are_refused_with_the_reason(section: str) -> None:
+    pod = asking({})
+    pod["spec"]["containers"][0]["resources"] = {section: {SHARED_GPU: "2"}}
+
+    [text] = admit(pod)
+
+    assert f"one {SHARED_GPU}" in text and "time slice of one GPU" in text
+
+
+def test_one_share_in_each_of_two_containers_is_admitted() -> None:
+    pod = asking({SHARED_GPU: "1"})
+    pod["spec"]["containers"].append({**pod["spec"]["containers"][0], "name": "sidecar"})
+
+    assert admit(pod) == []
+
+
+OWNERS = {"a10g-search": ("search-ranking", "ads")}
+DEDICATED_RULES = [*VALIDATIONS, *dedicated_validations(OWNERS)]
+DEDICATED_TOLERATION = {"key": labels.DEDICATED_TAINT_KEY, "operator": "Equal", "value": "a10g-search",
+                        "effect": "NoSchedule"}
+
+
+def on_dedicated(namespace_labels: dict[str, str], **spec: Any) -> list[str]:
+    pod = asking({labels.GPU_RESOURCE: "1"}, **spec)
+    return broken_rules(VARIABLES, DEDICATED_RULES, pod, tenant_class=labels.LOW_PRIORITY_CLASS,
+                        namespace_labels=namespace_labels)
+
+
+OWNER = {labels.DEDICATED_POOL_LABEL.format(pool="a10g-search"): "true"}
+
+
+def test_an_owner_may_tolerate_and_select_its_dedicated_pool() -> None:
+    tolerations = [*GPU_POD["spec"]["tolerations"], DEDICATED_TOLERATION]
+
+    assert on_dedicated(OWNER, tolerations=tolerations, nodeSelector={labels.POOL_LABEL: "a10g-search"}) == []
+
+
+@pytest.mark.parametrize("spec", [
+    {"tolerations": [*GPU_POD["spec"]["tolerations"], DEDICATED_TOLERATION]},
+    {"nodeSelector": {labels.POOL_LABEL: "a10g-search"}},
+], ids=["tolerates", "selects"])
+def test_another_tenant_is_refused_a_dedicated_pool_naming_its_owners(spec: dict[str, Any]) -> None:
+    [text] = on_dedicated({}, **spec)
+
+    assert "a10g-search is dedicated to search-ranking, ads" in text
+
+
+def test_tolerating_every_dedicated_pool_or_every_taint_is_refused() -> None:
+    every_dedicated = {"key": labels.DEDICATED_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+
+    assert len(on_dedicated(OWNER, tolerations=[*GPU_POD["spec"]["tolerations"], every_dedicated])) == 1
+    assert len(on_dedicated(OWNER, tolerations=[{"operator": "Exists"}])) == 1
+
+
+def test_without_dedicated_pools_no_rule_is_added() -> None:
+    assert dedicated_validations({}) == []
+
+
+def test_the_dedicated_rules_compile() -> None:
+    for rule, _ in dedicated_validations(OWNERS):
+        program(rule)

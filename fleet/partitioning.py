@@ -1,0 +1,100 @@
+"""How a pool cuts its GPUs, and what its nodes then advertise, per kind: the one table everything that counts reads
+(quotas, Kueue flavors, the capacity policy, autoscaler limits, the fleet summary, the e2e suite's kwok nodes)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+GPU = "nvidia.com/gpu"
+# k8s-device-plugin v0.20.0 (the GPU Operator v26.7.0's): with `renameByDefault` a time-sliced resource is advertised
+# under its name plus ".shared" (api/config/v1/replicas.go ReplicatedResources.UnmarshalJSON, resources.go
+# DefaultSharedRename with consts.go DefaultSharedResourceNameSuffix).
+SHARED_GPU = "nvidia.com/gpu.shared"
+MIG_PREFIX = "nvidia.com/mig-"
+
+# The MIG layouts of mig-parted's default configuration that GPU Operator v26.7.0 ships (the ConfigMap
+# default-mig-parted-config, assets/state-mig-manager/0400_configmap.yaml), for the MIG-capable GPUs of the catalog,
+# by GPU feature discovery's product name: the layouts listed there under each GPU's comment heading (and, for
+# `all-1g.10gb` and `all-balanced`, the entry whose device-filter holds the GPU's PCI device ID), with the MIG
+# devices each layout makes on one GPU. A100-40GB: 0x20B0; A100-80GB: 0x20B2; H100-80GB: 0x2330; H200-141GB: 0x2335.
+_A100_40GB = {
+    "all-1g.5gb": {"1g.5gb": 7}, "all-1g.5gb.me": {"1g.5gb+me": 1}, "all-2g.10gb": {"2g.10gb": 3},
+    "all-3g.20gb": {"3g.20gb": 2}, "all-4g.20gb": {"4g.20gb": 1}, "all-7g.40gb": {"7g.40gb": 1},
+    "all-1g.10gb": {"1g.10gb": 4}, "all-balanced": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1},
+}
+_80GB = {  # "H100-80GB, H800-80GB, A100-80GB, A800-80GB"
+    "all-1g.10gb": {"1g.10gb": 7}, "all-1g.10gb.me": {"1g.10gb+me": 1}, "all-1g.20gb": {"1g.20gb": 4},
+    "all-2g.20gb": {"2g.20gb": 3}, "all-3g.40gb": {"3g.40gb": 2}, "all-4g.40gb": {"4g.40gb": 1},
+    "all-7g.80gb": {"7g.80gb": 1}, "all-balanced": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1},
+}
+_H200 = {  # "H200-141GB"
+    "all-1g.18gb": {"1g.18gb": 7}, "all-1g.18gb.me": {"1g.18gb+me": 1}, "all-1g.35gb": {"1g.35gb": 4},
+    "all-2g.35gb": {"2g.35gb": 3}, "all-3g.71gb": {"3g.71gb": 2}, "all-4g.71gb": {"4g.71gb": 1},
+    "all-7g.141gb": {"7g.141gb": 1}, "all-balanced": {"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1},
+}
+MIG_LAYOUTS: dict[str, dict[str, dict[str, int]]] = {
+    "NVIDIA-A100-SXM4-40GB": _A100_40GB,
+    "NVIDIA-A100-SXM4-80GB": _80GB,
+    "NVIDIA-H100-80GB-HBM3": _80GB,
+    "NVIDIA-H200": _H200,
+}
+# The layout the operator gives MIG-capable nodes that no pool labels (ClusterPolicy migManager.config.default):
+# MIG off, every GPU whole.
+MIG_DISABLED = "all-disabled"
+
+
+def mig_resource(profile: str) -> str:
+    """The extended resource of a MIG profile under the mixed strategy: "mig-" plus the profile with "+" as "."
+    (k8s-device-plugin v0.20.0 internal/rm/rm.go AddDefaultResourcesToConfig)."""
+    return MIG_PREFIX + profile.replace("+", ".")
+
+
+def is_gpu_resource(name: str) -> bool:
+    """Whether an extended resource is one of the kinds the device plugin advertises GPUs (or slices of them) as."""
+    return name in (GPU, SHARED_GPU) or name.startswith(MIG_PREFIX)
+
+
+def kind_of(resource: str) -> str:
+    """A resource's kind, in words a reader of the fleet summary knows."""
+    if resource == GPU:
+        return "whole GPUs"
+    if resource == SHARED_GPU:
+        return "GPU shares"
+    return f"MIG {resource.removeprefix(MIG_PREFIX)}"
+
+
+@dataclass(frozen=True)
+class Partitioning:
+    """How a pool's GPUs are cut: whole (neither set), time-sliced `shares` per GPU, or a named MIG `layout`."""
+
+    shares: int | None = None
+    mig_layout: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return "mig" if self.mig_layout else "shared" if self.shares else "whole"
+
+    def describe(self) -> str:
+        if self.mig_layout:
+            return f"MIG {self.mig_layout}"
+        return f"time-sliced x{self.shares}" if self.shares else "whole GPUs"
+
+    def advertised(self, gpu_model: str, gpus: int) -> dict[str, int]:
+        """What one node with `gpus` GPUs of `gpu_model` advertises, by extended resource."""
+        if self.mig_layout:
+            devices = MIG_LAYOUTS[gpu_model][self.mig_layout]
+            return {mig_resource(profile): count * gpus for profile, count in sorted(devices.items())}
+        if self.shares:
+            return {SHARED_GPU: gpus * self.shares}
+        return {GPU: gpus}
+
+
+def layouts_for(gpu_model: str) -> Mapping[str, Mapping[str, int]]:
+    """The MIG layouts a GPU can hold (none for a GPU without MIG)."""
+    return MIG_LAYOUTS.get(gpu_model, {})
+
+
+def profiles_of(gpu_model: str) -> list[str]:
+    """The MIG profiles a GPU offers across its layouts, in a stable order."""
+    return sorted({profile for devices in layouts_for(gpu_model).values() for profile in devices})
