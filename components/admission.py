@@ -29,6 +29,13 @@ def _more_than_one_share(field: str) -> str:
             f" && quantity(string(c.resources.{field}['{SHARED_GPU}'])).isGreaterThan(quantity('1')))")
 
 
+# k8s-device-plugin v0.20.0 internal/rm/rm.go: with failRequestsGreaterThanOne the kubelet's allocation of more than
+# one share fails, after the scheduler placed the pod.
+ONE_SHARE_PER_CONTAINER = (
+    f"!variables.containers.exists(c, has(c.resources) && ({_more_than_one_share('limits')}"
+    f" || {_more_than_one_share('requests')}))",
+    f"a container may ask for one {SHARED_GPU}: a share is a time slice of one GPU, and the device plugin refuses "
+    f"more than one per container; ask for whole GPUs ({GPU}) or a MIG slice for more")
 # CEL, as the API server evaluates it (Kubernetes CEL: `has`, macros, `quantity`, `namespaceObject`, `variables`).
 VARIABLES = {
     "containers": "object.spec.containers"
@@ -70,12 +77,7 @@ VALIDATIONS = [
      f"cdi.k8s.io/ annotations ask the runtime for devices outside the quota; request {GPU} instead"),
     ("!has(object.spec.resourceClaims) || size(object.spec.resourceClaims) == 0",
      f"resource claims (DRA) are not offered to tenants: GPUs come as {GPU} under the tenant's quota"),
-    # k8s-device-plugin v0.20.0 internal/rm/rm.go: with failRequestsGreaterThanOne the kubelet's allocation of more
-    # than one share fails, after the scheduler placed the pod.
-    (f"!variables.containers.exists(c, has(c.resources) && ({_more_than_one_share('limits')}"
-     f" || {_more_than_one_share('requests')}))",
-     f"a container may ask for one {SHARED_GPU}: a share is a time slice of one GPU, and the device plugin refuses "
-     f"more than one per container; ask for whole GPUs ({GPU}) or a MIG slice for more"),
+    ONE_SHARE_PER_CONTAINER,
     (f"!variables.tolerations.exists(t, has(t.key) && t.key == '{labels.DEDICATED_TAINT_KEY}'"
      " && (!has(t.value) || t.value == ''))",
      f"tolerate a dedicated pool by its name ({labels.DEDICATED_TAINT_KEY} with operator Equal and the pool as value), "

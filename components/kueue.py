@@ -12,7 +12,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components import labels
-from components.admission import VARIABLES
+from components.admission import ONE_SHARE_PER_CONTAINER, VARIABLES
 from components.manifests import child_options, helm_release, metadata
 from components.olm import INSTALL_TIMEOUT_SECONDS, OlmOperator, OlmOperatorArgs
 
@@ -72,6 +72,8 @@ QUEUE_VALIDATIONS = [
      f" || ('{labels.QUEUE_NAME_LABEL}' in variables.jobLabels"
      f" && variables.jobLabels['{labels.QUEUE_NAME_LABEL}'] == '{labels.TENANT_QUEUE}')",
      f"a GPU Job here waits in the tenant's queue: label it {labels.QUEUE_NAME_LABEL}: {labels.TENANT_QUEUE}"),
+    # Refused as a Job, not only as its pods: Kueue would admit it and hold the quota of pods that are never created.
+    ONE_SHARE_PER_CONTAINER,
     (f"!('{labels.WORKLOAD_PRIORITY_LABEL}' in variables.jobLabels)"
      f" || variables.jobLabels['{labels.WORKLOAD_PRIORITY_LABEL}'] != '{labels.HIGH_PRIORITY_CLASS}'"
      f" || variables.tenantClass == '{labels.HIGH_PRIORITY_CLASS}'",
@@ -200,6 +202,8 @@ def resource_groups(nominal: dict[str, dict[str, int]]) -> list[tuple[list[str],
     covers every kind its pools advertise."""
     groups: list[tuple[set[str], list[str]]] = []
     for pool, kinds in nominal.items():
+        if not kinds:
+            continue
         joined = [group for group in groups if group[0] & kinds.keys()]
         merged = (set(kinds), [pool])
         for group in joined:

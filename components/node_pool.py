@@ -169,8 +169,14 @@ class GpuNodePool(pulumi.ComponentResource):
         child = pulumi.ResourceOptions.merge(child_options(self, opts), pulumi.ResourceOptions(
             protect=not args.retired))
         # The device plugin config of the pool's nodes is named after the pool (DevicePluginStack).
-        node_labels = {**self.node_selector, labels.MACHINESET_GPU_TYPE_LABEL: args.instance.gpu_model,
-                       labels.DEVICE_PLUGIN_CONFIG_LABEL: args.name, **args.partition_labels}
+        node_labels = {**self.node_selector, labels.DEVICE_PLUGIN_CONFIG_LABEL: args.name, **args.partition_labels}
+        # The cluster autoscaler takes a node with its GPU label but no allocatable nvidia.com/gpu for one whose driver
+        # is still installing, and keeps it unready (cluster-autoscaler processors/customresources/gpu_processor.go,
+        # FilterOutNodesWithUnreadyResources): only pools of whole GPUs carry it; shares and MIG slices are not
+        # nvidia.com/gpu, and their pools are bounded by their maximum node count instead.
+        whole = labels.GPU_RESOURCE in args.advertised_per_node
+        if whole:
+            node_labels[labels.MACHINESET_GPU_TYPE_LABEL] = args.instance.gpu_model
         if isinstance(args.placement, MachineSetPlacement):
             self.roll = {"method": "machineset", "note": MACHINESET_ROLL}
             self._machine_set(name, args, args.placement, node_labels, child)
@@ -183,7 +189,8 @@ class GpuNodePool(pulumi.ComponentResource):
                          "instanceWarmupSeconds": refresh.instance_warmup_seconds,
                          "autoRollback": refresh.auto_rollback,
                          "drain": drain_phrase(refresh.drain_timeout_seconds, args.drain_permitted)}
-            node_labels[AWS_ACCELERATOR_LABEL] = AWS_ACCELERATOR_TYPES[args.instance.gpu_model]
+            if whole:
+                node_labels[AWS_ACCELERATOR_LABEL] = AWS_ACCELERATOR_TYPES[args.instance.gpu_model]
             self._auto_scaling_group(name, args, args.placement, node_labels, child)
         self.register_outputs({"nodeSelector": self.node_selector, "taints": self.taints,
                                "gpuCapacity": self.gpu_capacity})
@@ -370,8 +377,8 @@ CLUSTER_AUTOSCALER_NAME = "default"
 
 def cluster_autoscaler(name: str, pools: list[GpuNodePoolArgs],
                        opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource | None:
-    """OpenShift: the cluster's ClusterAutoscaler when a pool autoscales, capping GPUs per type at the pools' maxima
-    in physical GPUs.
+    """OpenShift: the cluster's ClusterAutoscaler when a pool autoscales, capping GPUs per type at the maxima of the
+    pools of whole GPUs (pools of shares or MIG slices are bounded by their MachineAutoscaler's maximum).
 
     `resourceLimits.gpus[].type` is matched against the nodes' `cluster-api/accelerator` label
     (pkg/apis/autoscaling/v1/clusterautoscaler_types.go GPULimit), which every MachineSet sets to its GPU model.
@@ -381,6 +388,8 @@ def cluster_autoscaler(name: str, pools: list[GpuNodePoolArgs],
         return None
     gpus: dict[str, int] = {}
     for pool in pools:
+        if labels.GPU_RESOURCE not in pool.advertised_per_node:
+            continue  # not a GPU node to the autoscaler (its nodes carry no GPU label, see GpuNodePool)
         model = pool.instance.gpu_model
         # The autoscaler counts a node's nvidia.com/gpu, which a MachineSet's node template takes from its GPU
         # annotation: the physical GPUs, whatever the pool's partitioning (shares and MIG slices are advertised under

@@ -34,7 +34,8 @@ OPENSHIFT_SELF_PROVISIONERS = {
     "metadata": {"name": "self-provisioners", "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "self-provisioner"},
     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated:oauth"}]}
-STACKS = sorted(path.name.split(".")[1] for path in ROOT.glob("Pulumi.*.yaml"))
+# The project's stacks, and the example of every partitioning a pool can have (examples/Pulumi.partitioned.yaml).
+STACKS = [*sorted(path.name.split(".")[1] for path in ROOT.glob("Pulumi.*.yaml")), "partitioned"]
 
 
 @dataclass

@@ -219,6 +219,23 @@ def pool_field(name: str, key: str, value: Any) -> Edit:
     return lambda config: pool(config, name).update({key: value})
 
 
+def repartition(name: str, partitioning: dict[str, Any], grants: dict[str, dict[str, Any]]) -> Edit:
+    """A pool's partitioning changed (timeSlicingReplicas and migLayout replaced by `partitioning`), with what each
+    named tenant is given (its gpus, gpuShares and migSlices replaced), as one edit: a change of kind moves the
+    tenants' quotas with it."""
+    def edit(config: dict[str, Any]) -> None:
+        found = pool(config, name)
+        for key in ("timeSlicingReplicas", "migLayout"):
+            found.pop(key, None)
+        found.update(partitioning)
+        for tenant_name, given in grants.items():
+            entry = tenant(config, tenant_name)
+            for key in ("gpus", "gpuShares", "migSlices"):
+                entry.pop(key, None)
+            entry.update(given)
+    return edit
+
+
 def driver(branch: str, version: str | None = None, precompiled: bool | None = None) -> Edit:
     def edit(config: dict[str, Any]) -> None:
         section = config.setdefault(f"{PROJECT}:driver", {})
@@ -241,7 +258,15 @@ CHANGES: dict[str, list[tuple[str, Edit]]] = {
         ("precompiled drivers off", driver("590", "590.44.01", precompiled=False)),
         ("a tenant added", add_tenant(name="speech", gpus=2, priorityClass="gpu-low", group="speech-team")),
         ("a tenant's quota changed", tenant_field("vision", "gpus", 5)),
-        ("time-slicing changed", pool_field("t4-inference", "timeSlicingReplicas", 2)),
+        ("time-slicing changed", pool_field("t4-inference", "timeSlicingReplicas", 8)),
+        # The A100 pool from whole GPUs to shares, then to MIG slices; the tenants' quotas move with its kind.
+        ("a pool switched from whole GPUs to time-sliced shares", repartition(
+            "a100-training", {"timeSlicingReplicas": 2}, {"vision": {"gpuShares": 12}, "nlp-research": {
+                "gpuShares": 8}, "speech": {"gpuShares": 4}})),
+        ("the pool switched from shares to MIG slices", repartition(
+            "a100-training", {"migLayout": "all-1g.5gb"}, {"vision": {"gpuShares": 8, "migSlices": {"1g.5gb": 28}},
+                                                           "nlp-research": {"gpuShares": 8, "migSlices": {"1g.5gb": 14}},
+                                                           "speech": {"migSlices": {"1g.5gb": 14}}})),
     ],
     "onprem": [
         ("a pool's kernel upgraded", pool_field("dgx-a100", "kernel", "5.15.0-130-generic")),
@@ -249,7 +274,7 @@ CHANGES: dict[str, list[tuple[str, Edit]]] = {
         ("precompiled drivers off", driver("590", "590.44.01", precompiled=False)),
         ("precompiled drivers on", driver("590")),
         ("a tenant added", add_tenant(name="speech", gpus=2, priorityClass="gpu-low", group="speech-team")),
-        ("a tenant's quota changed", tenant_field("inference", "gpus", 20)),
+        ("a tenant's quota changed", tenant_field("inference", "gpuShares", 20)),
         ("time-slicing changed", pool_field("l40s-inference", "timeSlicingReplicas", 4)),
     ],
 }

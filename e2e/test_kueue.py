@@ -81,15 +81,18 @@ def tenant_client(applied: Applied, name: str) -> Kube:
     return applied.user(f"{name}-member", tenant.rbac_group)
 
 
-def gpu_job(name: str, gpus: int, *, priority: str | None = None, queue: bool = True) -> dict[str, Any]:
-    """A Job of one pod asking for `gpus`, kept to POOL's flavor by its nodeSelector; no toleration of its own."""
+def gpu_job(name: str, gpus: int, *, priority: str | None = None, queue: bool = True, resource: str = GPU,
+            pool: str = POOL) -> dict[str, Any]:
+    """A Job of one pod asking for `gpus` of `resource` (whole GPUs, shares, MIG slices), kept to `pool`'s flavor by
+    its nodeSelector; no toleration of its own."""
     job_labels = {labels.QUEUE_NAME_LABEL: labels.TENANT_QUEUE} if queue else {}
     if priority:
         job_labels[labels.WORKLOAD_PRIORITY_LABEL] = priority
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "labels": job_labels},
             "spec": {"backoffLimit": 0, "template": {"spec": {
-                "restartPolicy": "Never", "nodeSelector": {labels.POOL_LABEL: POOL},
-                "containers": [{"name": "main", "image": PAUSE, "resources": {"limits": {GPU: str(gpus)}}}]}}}}
+                "restartPolicy": "Never", "nodeSelector": {labels.POOL_LABEL: pool},
+                "containers": [{"name": "main", "image": PAUSE,
+                                "resources": {"limits": {resource: str(gpus)}}}]}}}}
 
 
 def submit(applied: Applied, tenant: str, job: dict[str, Any]) -> None:
@@ -108,16 +111,16 @@ def condition(found: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
     return next((c for c in conditions if c["type"] == kind and c["status"] == "True"), None)
 
 
-def admitted(applied: Applied, tenant: str, job: str) -> dict[str, Any]:
-    """Wait until Kueue admits the job's workload and its pod runs on a node of POOL; the workload."""
+def admitted(applied: Applied, tenant: str, job: str, pool: str = POOL) -> dict[str, Any]:
+    """Wait until Kueue admits the job's workload and its pod runs on a node of `pool`; the workload."""
     found = wait_for(lambda: condition(workload(applied, tenant, job), "Admitted") and workload(applied, tenant, job),
                      f"{tenant}/{job} admitted", timeout=SETTLE_SECONDS)
     nodes = {node["metadata"]["name"] for node in applied.stack.nodes()
-             if node["metadata"]["labels"].get(labels.POOL_LABEL) == POOL}
+             if node["metadata"]["labels"].get(labels.POOL_LABEL) == pool}
     wait_for(lambda: [pod for pod in applied.admin.list("v1", "Pod", tenant)
                       if pod["metadata"].get("labels", {}).get("job-name") == job
                       and pod["status"].get("phase") == "Running" and pod["spec"].get("nodeName") in nodes],
-             f"{tenant}/{job} running on {POOL}", timeout=SETTLE_SECONDS)
+             f"{tenant}/{job} running on {pool}", timeout=SETTLE_SECONDS)
     return found
 
 
@@ -140,23 +143,25 @@ def preempted(applied: Applied, tenant: str, job: str) -> dict[str, Any]:
     return found
 
 
-def settles_at(applied: Applied, tenant: str, expected: dict[str, int]) -> bool:
+def settles_at(applied: Applied, tenant: str, expected: dict[str, int], pool: str = POOL,
+               resource: str = GPU) -> bool:
     """Whether the tenant's ClusterQueue reports `expected` usage within a while (Kueue updates status after it
     admits or evicts)."""
     try:
-        wait_for(lambda: usage(applied, tenant) == expected, f"{tenant} using {expected}", timeout=SETTLE_SECONDS)
+        wait_for(lambda: usage(applied, tenant, pool, resource) == expected, f"{tenant} using {expected}",
+                 timeout=SETTLE_SECONDS)
     except TimeoutError:
         return False
     return True
 
 
-def usage(applied: Applied, tenant: str) -> dict[str, int]:
-    """The ClusterQueue's GPUs in use in POOL's flavor, and how many of them are borrowed, as Kueue reports them."""
+def usage(applied: Applied, tenant: str, pool: str = POOL, resource: str = GPU) -> dict[str, int]:
+    """The ClusterQueue's `resource` in use in `pool`'s flavor, and how much of it is borrowed, as Kueue reports."""
     queue = applied.admin.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", tenant) or {}
     for flavor in (queue.get("status") or {}).get("flavorsUsage") or []:
-        if flavor["name"] == POOL:
-            [gpus] = [resource for resource in flavor["resources"] if resource["name"] == GPU]
-            return {"total": int(gpus.get("total", 0)), "borrowed": int(gpus.get("borrowed", 0))}
+        if flavor["name"] == pool:
+            [used] = [found for found in flavor["resources"] if found["name"] == resource]
+            return {"total": int(used.get("total", 0)), "borrowed": int(used.get("borrowed", 0))}
     return {"total": 0, "borrowed": 0}
 
 
@@ -182,6 +187,48 @@ def test_a_tenant_borrows_idle_gpus_and_the_lender_reclaims_them(cluster: Applie
     admitted(cluster, "llm-training", "reclaim")
     assert settles_at(cluster, "llm-training", {"total": 4, "borrowed": 0})  # within its nominal 4
     assert condition(workload(cluster, "analytics", "own"), "Admitted")  # its guarantee is left alone
+
+
+SHARED, SHARED_POOL = "nvidia.com/gpu.shared", "l4-inference"  # 4 shares: search-ranking 2, analytics 2
+MIG, MIG_POOL = "nvidia.com/mig-1g.5gb", "a100-mig"  # 56 slices: llm-training 28 (lends 2), analytics 28
+
+
+def test_shares_are_borrowed_one_per_container_and_reclaimed(cluster: Applied) -> None:
+    """search-ranking runs its 2 shares and borrows analytics' idle ones; analytics gets its own back."""
+    share = {"resource": SHARED, "pool": SHARED_POOL}
+    for index in range(2):
+        submit(cluster, "search-ranking", gpu_job(f"own-{index}", 1, **share))
+        after_its_admission_second(admitted(cluster, "search-ranking", f"own-{index}", SHARED_POOL))
+    submit(cluster, "search-ranking", gpu_job("borrowed", 1, **share))
+    admitted(cluster, "search-ranking", "borrowed", SHARED_POOL)
+    assert settles_at(cluster, "search-ranking", {"total": 3, "borrowed": 1}, SHARED_POOL, SHARED)
+    submit(cluster, "analytics", gpu_job("mine-0", 1, **share))
+    admitted(cluster, "analytics", "mine-0", SHARED_POOL)  # the one share still idle
+    submit(cluster, "analytics", gpu_job("mine-1", 1, **share))
+    preempted(cluster, "search-ranking", "borrowed")
+    admitted(cluster, "analytics", "mine-1", SHARED_POOL)
+    assert settles_at(cluster, "analytics", {"total": 2, "borrowed": 0}, SHARED_POOL, SHARED)
+
+
+def test_mig_slices_are_borrowed_and_reclaimed(cluster: Applied) -> None:
+    """analytics fills its 28 slices and borrows the 2 llm-training lends; llm-training reclaims them."""
+    slices = {"resource": MIG, "pool": MIG_POOL}
+    submit(cluster, "analytics", gpu_job("own", 28, **slices))
+    after_its_admission_second(admitted(cluster, "analytics", "own", MIG_POOL))
+    submit(cluster, "analytics", gpu_job("borrowed", 2, **slices))
+    admitted(cluster, "analytics", "borrowed", MIG_POOL)
+    assert settles_at(cluster, "analytics", {"total": 30, "borrowed": 2}, MIG_POOL, MIG)
+    submit(cluster, "llm-training", gpu_job("reclaim", 28, **slices))
+    preempted(cluster, "analytics", "borrowed")
+    admitted(cluster, "llm-training", "reclaim", MIG_POOL)
+    assert settles_at(cluster, "llm-training", {"total": 28, "borrowed": 0}, MIG_POOL, MIG)
+    assert condition(workload(cluster, "analytics", "own"), "Admitted")
+
+
+def test_a_job_asking_two_shares_in_a_container_is_refused_before_kueue_holds_quota_for_it(cluster: Applied) -> None:
+    text = refusal(lambda: submit(cluster, "search-ranking", gpu_job("two", 2, resource=SHARED, pool=SHARED_POOL)))
+    assert f"a container may ask for one {SHARED}" in text
+    assert workload(cluster, "search-ranking", "two") is None
 
 
 def test_a_higher_priority_job_preempts_a_lower_one_inside_a_tenant(cluster: Applied) -> None:

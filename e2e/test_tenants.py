@@ -22,6 +22,7 @@ from e2e.conftest import Applied
 from e2e.kube import Kube, refusal, wait_for
 
 GPU = labels.GPU_RESOURCE
+SHARED_GPU, MIG_PREFIX = "nvidia.com/gpu.shared", "nvidia.com/mig-"
 PAUSE = "registry.k8s.io/pause:3.10"
 # What kwok and the scheduler need at most to settle a pod.
 SETTLE_SECONDS = 60
@@ -34,11 +35,12 @@ def message(rule_part: str, validations: list = VALIDATIONS) -> str:
 
 
 def pod(name: str, *, gpus: int = 0, pool: dict[str, str] | None = None, tolerate: bool = False,
-        **spec: Any) -> dict:
-    """A pause pod; `pool` is the node selector of the pool it must land in."""
+        resource: str = GPU, **spec: Any) -> dict:
+    """A pause pod asking for `gpus` of `resource` (whole GPUs, shares or MIG slices); `pool` is the node selector of
+    the pool it must land in."""
     container: dict[str, Any] = {"name": "main", "image": PAUSE}
     if gpus:
-        container["resources"] = {"limits": {GPU: str(gpus)}}
+        container["resources"] = {"limits": {resource: str(gpus)}}
     body: dict[str, Any] = {"containers": [container], **spec}
     if pool:
         body["nodeSelector"] = dict(pool)
@@ -84,20 +86,114 @@ def running(kube: Kube, name: str, namespace: str) -> dict:
     return wait_for(probe, f"pod {namespace}/{name} Running", timeout=SETTLE_SECONDS)
 
 
-def test_a_gpu_pod_within_quota_runs_on_a_node_of_its_pool(cluster: Applied) -> None:
-    tenant = cluster.stack.config.tenants[0]
-    pool = cluster.stack.config.node_pools[0]
+KINDS = {"whole": lambda name: name == GPU, "shared": lambda name: name == SHARED_GPU,
+         "mig": lambda name: name.startswith(MIG_PREFIX)}
+
+
+def given(stack: Any, kind: str) -> tuple[Any, Any, str]:
+    """A tenant given some of a kind, a pool it may use that advertises it, and the resource; skipped if none."""
+    for tenant in stack.config.tenants:
+        for pool in stack.config.node_pools:
+            for resource in pool.advertised_per_node:
+                if KINDS[kind](resource) and tenant.grants.get(resource) and stack.config.may_use(tenant, pool):
+                    return tenant, pool, resource
+    pytest.skip(f"stack {stack.name} gives no tenant {kind} GPUs")
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_pod_within_quota_runs_on_a_pool_that_advertises_its_kind(cluster: Applied, kind: str) -> None:
+    """Whole GPUs, a share or a MIG slice: each asked for by its own name, placed by the real scheduler on a node of
+    a pool that advertises it."""
+    tenant, pool, resource = given(cluster.stack, kind)
     user = as_tenant(cluster, tenant)
-    user.create(in_namespace(pod("train", gpus=1, pool=cluster.stack.pool_selector(pool.name)), tenant.name))
+    user.create(in_namespace(pod("train", gpus=1, resource=resource, pool=cluster.stack.pool_selector(pool.name)),
+                             tenant.name))
     placed = running(cluster.admin, "train", tenant.name)
     assert placed["spec"]["nodeName"] in gpu_nodes(cluster, pool.name)
 
 
-def test_a_gpu_pod_over_quota_is_refused_by_the_quota(cluster: Applied) -> None:
-    tenant = cluster.stack.config.tenants[0]
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_pod_over_quota_of_its_kind_is_refused_by_the_quota(cluster: Applied, kind: str) -> None:
+    tenant, _, resource = given(cluster.stack, kind)
     user = as_tenant(cluster, tenant)
-    text = refusal(lambda: user.create(in_namespace(pod("greedy", gpus=tenant.gpus + 1), tenant.name)))
-    assert "exceeded quota: gpu-quota" in text and f"requests.{GPU}" in text
+    greedy = pod("greedy", gpus=tenant.grants[resource] + 1, resource=resource)
+    if resource == SHARED_GPU:  # more than one share is refused per container: ask through many containers
+        greedy["spec"]["containers"] = [{"name": f"c{index}", "image": PAUSE,
+                                         "resources": {"limits": {resource: "1"}}}
+                                        for index in range(tenant.grants[resource] + 1)]
+    text = refusal(lambda: user.create(in_namespace(greedy, tenant.name)))
+    assert "exceeded quota: gpu-quota" in text and f"requests.{resource}" in text
+
+
+def test_a_kind_a_tenant_was_not_given_is_refused_by_the_quota(cluster: Applied) -> None:
+    """A quota caps only what it names: every kind the fleet advertises is named, at 0 where not given."""
+    for tenant in cluster.stack.config.tenants:
+        for pool in cluster.stack.config.node_pools:
+            missing = [name for name in pool.advertised_per_node if not tenant.grants.get(name)]
+            if missing and cluster.stack.config.may_use(tenant, pool):
+                text = refusal(lambda: as_tenant(cluster, tenant).create(in_namespace(
+                    pod("ungiven", gpus=1, resource=missing[0]), tenant.name)))
+                assert "exceeded quota: gpu-quota" in text and f"requests.{missing[0]}" in text
+                return
+    pytest.skip(f"every tenant of stack {cluster.stack.name} was given every kind")
+
+
+def test_two_shares_in_one_container_are_refused_before_the_kubelet_would(cluster: Applied) -> None:
+    tenant, pool, resource = given(cluster.stack, "shared")
+    body = pod("double", gpus=2, resource=resource, pool=cluster.stack.pool_selector(pool.name))
+    text = refusal(lambda: as_tenant(cluster, tenant).create(in_namespace(body, tenant.name)))
+    assert message("quantity('1')") in text
+
+
+def dedicated(stack: Any) -> tuple[Any, Any, Any]:
+    """A pool dedicated to some tenants, one of its owners and a tenant that does not own it; skipped if none."""
+    for pool in stack.config.node_pools:
+        if pool.dedicated_to:
+            owners = [t for t in stack.config.tenants if t.name in pool.dedicated_to]
+            others = [t for t in stack.config.tenants if t.name not in pool.dedicated_to]
+            if owners and others:
+                return pool, owners[0], others[0]
+    pytest.skip(f"stack {stack.name} has no pool dedicated to some of its tenants")
+
+
+def dedicated_pod(name: str, stack: Any, pool: Any, resource: str) -> dict:
+    body = pod(name, gpus=1, resource=resource, pool=stack.pool_selector(pool.name))
+    body["spec"]["tolerations"].append({"key": labels.DEDICATED_TAINT_KEY, "operator": "Equal", "value": pool.name,
+                                        "effect": "NoSchedule"})
+    return body
+
+
+def test_another_tenants_pod_is_refused_a_dedicated_pool_naming_its_owners(cluster: Applied) -> None:
+    pool, _, other = dedicated(cluster.stack)
+    [resource] = pool.advertised_per_node
+    body = dedicated_pod("intruder", cluster.stack, pool, resource)
+    text = refusal(lambda: as_tenant(cluster, other).create(in_namespace(body, other.name)))
+    assert f"pool {pool.name} is dedicated to {', '.join(pool.dedicated_to)}" in text
+    untolerated = pod("selector-only", gpus=1, resource=resource, pool=cluster.stack.pool_selector(pool.name))
+    text = refusal(lambda: as_tenant(cluster, other).create(in_namespace(untolerated, other.name)))
+    assert f"pool {pool.name} is dedicated to" in text
+
+
+def test_the_owners_pod_is_scheduled_on_its_dedicated_pool(cluster: Applied) -> None:
+    pool, owner, _ = dedicated(cluster.stack)
+    [resource] = pool.advertised_per_node
+    as_tenant(cluster, owner).create(in_namespace(dedicated_pod("mine", cluster.stack, pool, resource), owner.name))
+    placed = running(cluster.admin, "mine", owner.name)
+    assert placed["spec"]["nodeName"] in gpu_nodes(cluster, pool.name)
+
+
+def test_without_the_dedicated_toleration_the_owners_pod_stays_off_the_pool(cluster: Applied) -> None:
+    """The second taint is what keeps the pool: the real scheduler refuses a pod that does not tolerate it."""
+    pool, owner, _ = dedicated(cluster.stack)
+    [resource] = pool.advertised_per_node
+    as_tenant(cluster, owner).create(in_namespace(
+        pod("untolerated", gpus=1, resource=resource, pool=cluster.stack.pool_selector(pool.name)), owner.name))
+
+    def unschedulable() -> bool:
+        found = cluster.admin.get("v1", "Pod", "untolerated", owner.name) or {}
+        return any(c["type"] == "PodScheduled" and c["status"] == "False" and labels.DEDICATED_TAINT_KEY in
+                   c.get("message", "") for c in found.get("status", {}).get("conditions", []))
+    wait_for(unschedulable, "the scheduler names the dedicated taint", timeout=SETTLE_SECONDS)
 
 
 @pytest.mark.parametrize("name, spec, refused_by", [
@@ -200,21 +296,26 @@ def test_a_gpu_high_pod_preempts_a_gpu_low_pod_on_a_full_pool(cluster: Applied) 
     low, high = stack.tenants(labels.LOW_PRIORITY_CLASS), stack.tenants(labels.HIGH_PRIORITY_CLASS)
     if not (low and high):
         pytest.skip(f"stack {stack.name} needs a gpu-low and a gpu-high tenant")
-    low, high = low[0], max(high, key=lambda tenant: tenant.gpus)
-    pool = min(stack.config.node_pools, key=lambda p: p.advertised_capacity)
-    capacity = pool.advertised_capacity
-    low_pods = min(low.gpus, capacity)
-    high_pods = capacity - low_pods
-    if high_pods + 1 > high.gpus:
-        pytest.skip(f"{high.name}'s quota cannot cover what {low.name} leaves of pool {pool.name}")
+    pools = sorted((p for p in stack.config.node_pools if len(p.advertised) == 1 and not p.dedicated_to),
+                   key=lambda p: sum(p.advertised.values()))
+    for pool, low, high in ((p, lo, hi) for p in pools for lo in low for hi in high):
+        [(resource, capacity)] = pool.advertised.items()
+        low_pods = min(low.grants.get(resource, 0), capacity)
+        high_pods = capacity - low_pods
+        if low_pods and high_pods + 1 <= high.grants.get(resource, 0):
+            break
+    else:
+        pytest.skip(f"no gpu-high tenant's quota of stack {stack.name} covers what a gpu-low one leaves of a pool")
     for tenant, count, tier in ((low, low_pods, labels.LOW_PRIORITY_CLASS),
                                 (high, high_pods, labels.HIGH_PRIORITY_CLASS)):
         for index in range(count):
-            body = pod(f"fill-{index}", gpus=1, pool=stack.pool_selector(pool.name), priorityClassName=tier)
+            body = pod(f"fill-{index}", gpus=1, resource=resource, pool=stack.pool_selector(pool.name),
+                       priorityClassName=tier)
             as_tenant(cluster, tenant).create(in_namespace(body, tenant.name))
             running(cluster.admin, f"fill-{index}", tenant.name)
     as_tenant(cluster, high).create(in_namespace(
-        pod("urgent", gpus=1, pool=stack.pool_selector(pool.name), priorityClassName=labels.HIGH_PRIORITY_CLASS),
+        pod("urgent", gpus=1, resource=resource, pool=stack.pool_selector(pool.name),
+            priorityClassName=labels.HIGH_PRIORITY_CLASS),
         high.name))
     placed = running(cluster.admin, "urgent", high.name)
     assert placed["spec"]["nodeName"] in gpu_nodes(cluster, pool.name)

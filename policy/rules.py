@@ -225,7 +225,9 @@ def pool_capacity(pool: PolicyResource, sharing: Mapping[str, int]) -> dict[str,
         nodes = configured if configured is not None else dig(pool.props, "spec", "replicas")
         node_labels = pool_node_labels(pool)
         layout = node_labels.get(labels.MIG_CONFIG_LABEL)
-        model = node_labels.get(labels.MACHINESET_GPU_TYPE_LABEL, "")
+        instance = INSTANCE_TYPES.get(str(dig(pool.props, "spec", "template", "spec", "providerSpec", "value",
+                                              "instanceType")))
+        model = instance.gpu_model if instance else node_labels.get(labels.MACHINESET_GPU_TYPE_LABEL, "")
         partitioning = Partitioning(shares=sharing.get(node_labels.get(labels.DEVICE_PLUGIN_CONFIG_LABEL)),
                                     mig_layout=layout if layout in layouts_for(model) else None)
         per_node = partitioning.advertised(model, gpus_per_node(pool))
@@ -425,7 +427,7 @@ def _quota_within_capacity(args: StackValidationArgs, report: ReportViolation) -
                   for name, amount in quotas_of.items()}
         spill = sum(max(0, amount) for amount in beyond.values())
         if spill > open_capacity * ratio:
-            dedicated = ", ".join(sorted(pool.what for pool in pools if pool.dedicated_to is not None))
+            dedicated = ", ".join(sorted(str(pool.dedicated_to) for pool in pools if pool.dedicated_to is not None))
             report(f"tenant {what} beyond what their dedicated pools hold add up to {spill}{unit} ({tenants}) but "
                    f"the pools dedicated to no one advertise {open_capacity} (dedicated: {dedicated}, counted "
                    "toward their owners only); lower the quotas of tenants without a dedicated pool, or add "

@@ -109,3 +109,9 @@ def onprem_plan() -> Plan:
 def prod_plan() -> Plan:
     """The shipped prod stack, rendered once for the whole session: read it, never mutate it."""
     return render_stack("prod")
+
+
+@pytest.fixture(scope="session")
+def partitioned_plan() -> Plan:
+    """examples/Pulumi.partitioned.yaml (MIG, shared, whole and dedicated pools), rendered once: never mutate it."""
+    return render_stack("partitioned")

@@ -90,7 +90,8 @@ def test_images_config_overrides_operands(render) -> None:
 
 def test_device_plugin_configs_per_pool_whole_gpus_the_default(dev_plan: Plan, prod_plan: Plan) -> None:
     for plan in (dev_plan, prod_plan):
-        assert spec(plan)["devicePlugin"]["config"] == {"name": "device-plugin-config", "default": "whole"}
+        [config_map] = [c for c in plan.kind("ConfigMap") if c["metadata"]["name"].startswith("device-plugin-config-")]
+        assert spec(plan)["devicePlugin"]["config"] == {"name": config_map["metadata"]["name"], "default": "whole"}
 
 
 def test_service_monitor_follows_the_prometheus_operator_switch(dev_plan: Plan, prod_plan: Plan, render) -> None:
@@ -109,5 +110,6 @@ def test_cluster_policy_waits_for_the_operator(dev_plan: Plan, prod_plan: Plan) 
 
 def test_cluster_policy_waits_for_its_device_plugin_config(dev_plan: Plan) -> None:
     policy = dev_plan.object("ClusterPolicy", "cluster-policy")
-    config_map = dev_plan.object("ConfigMap", "device-plugin-config", "nvidia-gpu-operator")
+    [config_map] = [r for r in dev_plan.of_type("kubernetes:core/v1:ConfigMap")
+                    if r["inputs"]["metadata"]["name"].startswith("device-plugin-config-")]
     assert config_map["urn"] in policy["dependencies"]

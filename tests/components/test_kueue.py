@@ -71,8 +71,8 @@ def test_only_a_high_priority_tenant_may_name_the_high_workload_priority() -> No
 
 
 def test_cluster_queue_caps_lending_at_the_guarantee_and_leaves_unset_limits_out() -> None:
-    spec = cluster_queue_spec(TenantQueueArgs(tenant="a", cohort="c", nominal={"x": 4, "y": 1}, lending_limit=2,
-                                              weight=3))
+    spec = cluster_queue_spec(TenantQueueArgs(tenant="a", cohort="c", nominal={"x": {GPU: 4}, "y": {GPU: 1}},
+                                              lending_limit=2, weight=3))
     quotas = [flavor["resources"][0] for flavor in spec["resourceGroups"][0]["flavors"]]
     assert quotas == [{"name": GPU, "nominalQuota": 4, "lendingLimit": 2},
                       {"name": GPU, "nominalQuota": 1, "lendingLimit": 1}]
@@ -133,19 +133,20 @@ def test_openshift_tenants_are_managed_and_their_queues_cover_cpu_and_memory_nev
         namespace = openshift_plan.manifest("Namespace", tenant["name"])
         assert namespace["metadata"]["labels"][labels.KUEUE_MANAGED_LABEL] == "true"
         spec = openshift_plan.manifest("ClusterQueue", tenant["name"])["spec"]
-        [group] = spec["resourceGroups"]
-        assert group["coveredResources"] == [GPU, "cpu", "memory"]
-        for flavor in group["flavors"]:
-            compute = {quota["name"]: quota for quota in flavor["resources"] if quota["name"] != GPU}
-            assert compute == {
-                "cpu": {"name": "cpu", "nominalQuota": "64", "borrowingLimit": 0, "lendingLimit": 0},
-                "memory": {"name": "memory", "nominalQuota": "256Gi", "borrowingLimit": 0, "lendingLimit": 0}}
+        *gpus, compute = spec["resourceGroups"]
+        assert all("cpu" not in group["coveredResources"] for group in gpus)
+        # CPU and memory in a group of their own, in the flavor that places nothing: a CPU-only job gets no GPU pool
+        assert compute == {"coveredResources": ["cpu", "memory"], "flavors": [{"name": "compute", "resources": [
+            {"name": "cpu", "nominalQuota": "64", "borrowingLimit": 0, "lendingLimit": 0},
+            {"name": "memory", "nominalQuota": "256Gi", "borrowingLimit": 0, "lendingLimit": 0}]}]}
+    assert openshift_plan.manifest("ResourceFlavor", "compute")["spec"] == {}
 
 
 def test_kubernetes_queues_count_only_gpus_and_namespaces_carry_no_openshift_label() -> None:
     plan = render_stack("queue", yaml.safe_load(EXAMPLE.read_text())["config"])
     for queue in plan.kind("ClusterQueue"):
-        assert queue["spec"]["resourceGroups"][0]["coveredResources"] == [GPU]
+        covered = {kind for group in queue["spec"]["resourceGroups"] for kind in group["coveredResources"]}
+        assert covered and all(kind.startswith("nvidia.com/") for kind in covered)
         assert labels.KUEUE_MANAGED_LABEL not in plan.manifest("Namespace", queue["metadata"]["name"])[
             "metadata"]["labels"]
 

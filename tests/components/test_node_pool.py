@@ -312,20 +312,20 @@ def test_autoscaling_pools_get_the_clusters_autoscaler(dev_plan: Plan) -> None:
 
     assert autoscaler["apiVersion"] == "autoscaling.openshift.io/v1"
     assert "namespace" not in autoscaler["metadata"]  # cluster-scoped
-    # GPU caps per type, matched on the nodes' cluster-api/accelerator label: the pools' maxima as advertised (the
-    # T4s are shared 4 ways, and the autoscaler counts a node's allocatable nvidia.com/gpu).
-    assert autoscaler["spec"]["resourceLimits"]["gpus"] == [
-        {"type": "NVIDIA-A100-SXM4-40GB", "min": 0, "max": 16}, {"type": "Tesla-T4", "min": 0, "max": 16}]
+    # GPU caps per type, matched on the nodes' cluster-api/accelerator label: the maxima of the pools of whole GPUs
+    # (the shared T4s advertise no nvidia.com/gpu, carry no GPU label, and are bounded by their MachineAutoscaler).
+    assert autoscaler["spec"]["resourceLimits"]["gpus"] == [{"type": "NVIDIA-A100-SXM4-40GB", "min": 0, "max": 16}]
     assert autoscaler["spec"]["scaleDown"]["enabled"] is True
     assert dev_plan.of_type(CLUSTER_AUTOSCALER)[0]["options"]["protect"] is False
 
 
 def test_the_autoscaler_may_scale_every_pool_to_its_maximum(dev_plan: Plan) -> None:
-    """The autoscaler's view, from the rendered objects: a node counts its allocatable nvidia.com/gpu (the
-    MachineSet's GPUs times the sharing of the device plugin config its nodes select), and a scale-up is refused
-    once the GPUs of a type would pass the ClusterAutoscaler's limit. Every pool at its maximum fits."""
-    configs = {key: yaml.safe_load(text) for key, text in
-               dev_plan.manifest("ConfigMap", "device-plugin-config", "nvidia-gpu-operator")["data"].items()}
+    """The autoscaler's view, from the rendered objects: a node with the GPU label counts its nvidia.com/gpu (the
+    MachineSet's GPUs, on a pool whose device plugin config does not rename them as shares), and a scale-up is
+    refused once the GPUs of a type would pass the ClusterAutoscaler's limit. Every pool at its maximum fits, and a
+    pool of shares has no GPU label (the autoscaler would take its nodes for ones whose driver never came up)."""
+    [config_map] = [c for c in dev_plan.kind("ConfigMap") if c["metadata"]["name"].startswith("device-plugin-config-")]
+    configs = {key: yaml.safe_load(text) for key, text in config_map["data"].items()}
 
     def sharing(config: dict) -> int:
         resources = config.get("sharing", {}).get("timeSlicing", {}).get("resources", [])
@@ -337,11 +337,13 @@ def test_the_autoscaler_may_scale_every_pool_to_its_maximum(dev_plan: Plan) -> N
     at_maximum: dict[str, int] = {}
     for machine_set in dev_plan.kind("MachineSet"):
         node_labels = machine_set["spec"]["template"]["spec"]["metadata"]["labels"]
-        allocatable = int(machine_set["metadata"]["annotations"]["machine.openshift.io/GPU"]) * sharing(
-            configs[node_labels["nvidia.com/device-plugin.config"]])
+        if sharing(configs[node_labels["nvidia.com/device-plugin.config"]]) > 1:
+            assert "cluster-api/accelerator" not in node_labels
+            continue
+        allocatable = int(machine_set["metadata"]["annotations"]["machine.openshift.io/GPU"])
         gpu_type = node_labels["cluster-api/accelerator"]
         at_maximum[gpu_type] = at_maximum.get(gpu_type, 0) + maxima[machine_set["metadata"]["name"]] * allocatable
-    assert at_maximum == {"Tesla-T4": 16, "NVIDIA-A100-SXM4-40GB": 16}  # the T4s are shared 4 ways
+    assert at_maximum == {"NVIDIA-A100-SXM4-40GB": 16}
     assert all(at_maximum[gpu_type] <= limit for gpu_type, limit in limits.items())
 
 

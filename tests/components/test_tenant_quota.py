@@ -54,7 +54,10 @@ def test_tenant_namespace_enforces_pod_security(dev_plan, prod_plan, stack: str,
 def test_gpu_quota_equals_the_tenants_gpus(dev_plan, prod_plan, stack: str, name: str) -> None:
     quota = plan_of(stack, dev_plan, prod_plan).manifest("ResourceQuota", "gpu-quota", name)
 
-    assert quota["spec"]["hard"] == {GPU_QUOTA: str(tenant_config(stack, name)["gpus"])}
+    tenant = tenant_config(stack, name)
+    # Every kind the stack's pools advertise is capped, at 0 where not given (dev's T4s are shared).
+    shares = {"requests.nvidia.com/gpu.shared": str(tenant.get("gpuShares", 0))} if stack == "dev" else {}
+    assert quota["spec"]["hard"] == {GPU_QUOTA: str(tenant.get("gpus", 0)), **shares}
     assert "scopeSelector" not in quota["spec"]
 
 
@@ -101,7 +104,8 @@ def test_low_priority_tenants_cannot_claim_gpu_high(dev_plan, prod_plan, stack: 
     quotas = scoped_quotas(plan_of(stack, dev_plan, prod_plan), name)
 
     if tenant_config(stack, name)["priorityClass"] == "gpu-low":
-        assert quotas[("gpu-high",)] == {GPU_QUOTA: "0"}
+        assert quotas[("gpu-high",)] == {GPU_QUOTA: "0", **({"requests.nvidia.com/gpu.shared": "0"}
+                                                             if stack == "dev" else {})}
     else:
         assert ("gpu-high",) not in quotas  # a high-priority tenant may use its own class
 

@@ -180,3 +180,44 @@ def test_bring_your_own_pools_are_never_terminated_and_their_kernel_change_is_yo
     assert not [item for item in summary.destructive if item.what.startswith("pool")]
     text = "\n".join(summary_lines(summary))
     assert "pool l40s-inference: bring-your-own, 4x NVIDIA-L40S, nodes 4, GPUs 16 shared x2" in text
+
+
+def repartitioned(stack: str, edit) -> object:
+    """The summary of a change of a stack's partitioning (its pools or tenants edited by `edit`)."""
+    base = render_stack(stack).document
+    config = stack_config(stack)
+    edit(config)
+    new = render_stack(stack, config).document
+    return summarize(base, new, diff_plans(base, new), offline=True)
+
+
+def test_a_sharing_change_rolls_the_device_plugin_and_says_what_the_pool_then_advertises():
+    summary = repartitioned("partitioned", lambda config: config["gpu-platform:tenants"][2].update(gpuShares=4)
+                            or pool(config, "l4-shared").update(timeSlicingReplicas=2))
+    [shared] = [p for p in summary.pools if p.name == "l4-shared"]
+    assert "time-sliced x4 -> time-sliced x2: the device plugin and GPU feature discovery restart" in shared.roll
+    assert "then advertise 4 nvidia.com/gpu.shared (before: 8 nvidia.com/gpu.shared)" in shared.roll
+    assert summary.destructive == []  # running pods keep their shares
+    assert summary.capacity.kinds_after["nvidia.com/gpu.shared"] == (6, 4)
+
+
+def test_a_mig_layout_change_is_destructive_for_the_pools_running_gpu_jobs():
+    def edit(config):
+        pool(config, "a100-mig").update(migLayout="all-3g.40gb")
+        config["gpu-platform:tenants"][1]["migSlices"] = {"3g.40gb": 4}
+        config["gpu-platform:tenants"][2]["migSlices"] = {"3g.40gb": 12}
+    summary = repartitioned("partitioned", edit)
+    [mig] = [p for p in summary.pools if p.name == "a100-mig"]
+    assert "MIG all-1g.10gb -> MIG all-3g.40gb: the new nodes of the instance refresh boot with the new layout" in \
+        mig.roll
+    [loss] = summary.destructive
+    assert loss.what == "pool a100-mig MIG layout all-1g.10gb -> all-3g.40gb"
+    assert loss.takes_away.startswith("running GPU jobs on its 1 node: every GPU pod of a node is evicted")
+
+
+def test_a_tenant_given_other_kinds_is_a_changed_tenant():
+    summary = repartitioned("partitioned", lambda config: config["gpu-platform:tenants"][1]["migSlices"].update(
+        {"1g.10gb": 10}))
+    [changed] = [t for t in summary.tenants if t.slices_before != t.slices_after]
+    assert changed.name == "llm-training"
+    assert "llm-training" in "\n".join(summary_lines(summary))

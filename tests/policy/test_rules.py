@@ -484,9 +484,9 @@ def queue_plan() -> Plan:
 
 
 @pytest.fixture
-def fresh(dev_plan: Plan, prod_plan: Plan, queue_plan: Plan) -> Callable[[str], Document]:
-    """A mutable copy of a shipped stack's plan (or of the example in tenancy mode queue)."""
-    plans = {"dev": dev_plan, "prod": prod_plan, "queue": queue_plan}
+def fresh(dev_plan: Plan, prod_plan: Plan, queue_plan: Plan, partitioned_plan: Plan) -> Callable[[str], Document]:
+    """A mutable copy of a shipped stack's plan (or of the examples in tenancy mode queue and of partitioning)."""
+    plans = {"dev": dev_plan, "prod": prod_plan, "queue": queue_plan, "partitioned": partitioned_plan}
     return lambda stack: copy.deepcopy(plans[stack].document)
 
 
@@ -498,9 +498,9 @@ def shipped_plans(dev_plan: Plan, prod_plan: Plan) -> dict[str, Plan]:
 
 @pytest.fixture(scope="module")
 def misconfigured() -> Plan:
-    """dev with one GPU more promised than the pools advertise (10 GPUs, the 2 T4s shared 4 ways: 16)."""
+    """dev with one GPU more promised than the pools advertise (9 whole GPUs; the T4s' shares are not GPUs)."""
     config = stack_config("dev")
-    config["gpu-platform:tenants"][0]["gpus"] += 7
+    config["gpu-platform:tenants"][0]["gpus"] += 4
     return render_stack("dev", config)
 
 
@@ -531,12 +531,12 @@ def test_every_policy_has_a_passing_and_a_violating_case() -> None:
 def test_quota_message_gives_quota_capacity_and_tenants(misconfigured: Plan) -> None:
     [violation] = of(check_plan(misconfigured.document), "gpu-quota-within-capacity")
     assert violation.level == "mandatory" and violation.urn is None
-    for fact in ("add up to 17 GPUs", "vision 13", "nlp-research 4", "advertise 16", "at most 16 may be promised"):
+    for fact in ("add up to 9 GPUs", "vision 8", "nlp-research 1", "advertise 8", "at most 8 may be promised"):
         assert fact in violation.message
 
 
 def test_overcommit_knob_admits_the_extra_gpu(misconfigured: Plan) -> None:
-    config = {"gpu-quota-within-capacity": {"maxOvercommit": 1.1}}
+    config = {"gpu-quota-within-capacity": {"maxOvercommit": 1.125}}
     assert of(check_plan(misconfigured.document, config), "gpu-quota-within-capacity") == []
 
 
@@ -714,12 +714,16 @@ def test_pack_layout_and_pins() -> None:
 
 def test_bring_your_own_pools_count_towards_the_capacity_quotas_are_checked_against(
         shipped_plans: dict[str, Plan]) -> None:
-    # onprem provisions no pool: its 48 advertised GPUs (16 whole, 16 shared two ways) come from its components.
+    # onprem provisions no pool: its 16 whole GPUs and 32 shares (16 L40S shared two ways) come from its components.
     document = copy.deepcopy(shipped_plans["onprem"].document)
     assert of(check_plan(document), "gpu-quota-within-capacity") == []
-    inputs(document, "tenant-nlp-research-gpu-quota")["spec"]["hard"][labels.GPU_QUOTA_KEY] = "9"
+    inputs(document, "tenant-nlp-research-gpu-quota")["spec"]["hard"][labels.GPU_QUOTA_KEY] = "7"
     [violation] = of(check_plan(document), "gpu-quota-within-capacity")
-    assert "add up to 49 GPUs" in violation.message and "advertise 48" in violation.message
+    assert "add up to 17 GPUs" in violation.message and "advertise 16" in violation.message
+    inputs(document, "tenant-nlp-research-gpu-quota")["spec"]["hard"][labels.GPU_QUOTA_KEY] = "1"
+    inputs(document, "tenant-nlp-research-gpu-quota")["spec"]["hard"]["requests.nvidia.com/gpu.shared"] = "9"
+    [violation] = of(check_plan(document), "gpu-quota-within-capacity")
+    assert "GPU shares (nvidia.com/gpu.shared) add up to 33" in violation.message and "advertise 32" in violation.message
 
 
 def test_queue_policies_read_bring_your_own_pools_by_their_selector_and_capacity() -> None:
@@ -729,10 +733,10 @@ def test_queue_policies_read_bring_your_own_pools_by_their_selector_and_capacity
     assert check_plan(doc) == []
     flavor = next(r for r in doc["resources"] if r["type"].endswith(":ResourceFlavor"))
     pool = flavor["inputs"]["metadata"]["name"]
-    capacity = sum(r["inputs"]["bringYourOwn"]["nodes"] * r["inputs"]["bringYourOwn"]["advertisedGpusPerNode"]
-                   for r in doc["resources"] if r["name"] == f"pool-{pool}")
+    capacity = sum(r["inputs"]["bringYourOwn"]["nodes"] * count for r in doc["resources"] if r["name"] == f"pool-{pool}"
+                   for count in r["inputs"]["bringYourOwn"]["advertisedPerNode"].values())
     queue = next(r for r in doc["resources"] if r["type"].endswith(":ClusterQueue"))
-    quotas = queue["inputs"]["spec"]["resourceGroups"][0]["flavors"]
+    quotas = [flavor for group in queue["inputs"]["spec"]["resourceGroups"] for flavor in group["flavors"]]
     [quota] = [entry["resources"][0] for entry in quotas if entry["name"] == pool]
     quota["nominalQuota"] = capacity + 1
     [violation] = of(check_plan(doc), "queue-guarantee-within-capacity")
@@ -773,3 +777,23 @@ def test_policies_judge_numbers_as_the_engine_hands_them(shipped_plans: dict[str
     for record in document["resources"]:
         record["inputs"] = engine_numbers(record["inputs"])
     assert [(v.policy, v.name) for v in check_plan(document)] == expected
+
+
+def test_a_dedicated_pool_counts_toward_its_owners_only(fresh: Callable[[str], Document]) -> None:
+    """partitioned: h100-training's 8 and a10g-search's 4 (dedicated to search-ranking) are 12 whole GPUs; a quota
+    only search-ranking could place there does not fit in the 8 of the pool dedicated to no one."""
+    document = fresh("partitioned")
+    assert of(check_plan(document), "gpu-quota-within-capacity") == []
+    inputs(document, "tenant-search-ranking-gpu-quota")["spec"]["hard"][labels.GPU_QUOTA_KEY] = "0"
+    inputs(document, "tenant-inference-gpu-quota")["spec"]["hard"][labels.GPU_QUOTA_KEY] = "4"
+    [violation] = of(check_plan(document), "gpu-quota-within-capacity")
+    assert "beyond what their dedicated pools hold add up to 12 GPUs" in violation.message
+    assert "advertise 8" in violation.message and "a10g-search" in violation.message
+
+
+def test_mig_slices_are_counted_per_profile(fresh: Callable[[str], Document]) -> None:
+    document = fresh("partitioned")
+    inputs(document, "tenant-inference-gpu-quota")["spec"]["hard"]["requests.nvidia.com/mig-1g.10gb"] = "43"
+    [violation] = of(check_plan(document), "gpu-quota-within-capacity")
+    assert "quotas of MIG 1g.10gb (nvidia.com/mig-1g.10gb) add up to 57" in violation.message
+    assert "advertise 56" in violation.message
