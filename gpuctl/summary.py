@@ -539,7 +539,16 @@ def _sharing(tenant: dict[str, Any] | None) -> tuple[str | None, int | None, int
         return None, None, None
     if tenant.get("tenancy", "quota") == "quota":
         return "quota", tenant.get("gpus"), 0
-    return "queue", sum((tenant.get("guaranteed") or {}).values()), tenant.get("borrowable", 0)
+    return "queue", _whole(tenant.get("guaranteed")), _whole(tenant.get("borrowable"))
+
+
+def _whole(value: Any) -> int:
+    """Whole GPUs of a guarantee or a borrowable amount: per pool and kind, per kind, or (plans from before the kinds)
+    per pool or one number."""
+    if isinstance(value, dict):
+        return sum(_whole(item) if isinstance(item, dict) else item for key, item in value.items()
+                   if isinstance(item, dict) or not key.startswith("nvidia.com/") or key == GPU_RESOURCE)
+    return value or 0
 
 
 def _tenants(old: dict[str, Any], new: dict[str, Any]) -> list[TenantChange]:

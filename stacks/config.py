@@ -677,6 +677,9 @@ class TenantConfig(StrictModel):
     networks: tuple[TenantNetworkConfig, ...] = Field(default=(), description="secondary networks (Multus)")
     queue: TenantQueueConfig = Field(default=TenantQueueConfig(), description="tenancy.mode queue: its sharing")
 
+    # What an entry usually has, for messages about a missing one.
+    usual_keys: ClassVar[tuple[str, ...]] = ("name", "gpus")
+
     @model_validator(mode="after")
     def _check(self) -> TenantConfig:
         for profile in self.mig_slices:

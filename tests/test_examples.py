@@ -43,7 +43,12 @@ def test_the_queue_example_guarantees_what_its_tenants_declare(example: Plan) ->
         pytest.skip("not a queue example")
     queues = {queue["metadata"]["name"]: queue["spec"] for queue in example.kind("ClusterQueue")}
     for name, tenant in tenants.items():
-        flavors = queues[name]["resourceGroups"][0]["flavors"]
-        assert sum(flavor["resources"][0]["nominalQuota"] for flavor in flavors) == tenant["gpus"]
+        guaranteed: dict[str, int] = {}
+        for group in queues[name]["resourceGroups"]:
+            for flavor in group["flavors"]:
+                for quota in flavor["resources"]:
+                    if quota["name"].startswith("nvidia.com/"):
+                        guaranteed[quota["name"]] = guaranteed.get(quota["name"], 0) + quota["nominalQuota"]
+        assert {kind: n for kind, n in guaranteed.items() if n} == {k: n for k, n in tenant["grants"].items() if n}
     assert example.kind("ResourceQuota") and not [quota for quota in example.kind("ResourceQuota")
                                                   if quota["metadata"]["name"] == "gpu-quota"]

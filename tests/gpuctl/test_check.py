@@ -33,8 +33,8 @@ def resource(doc: Document, name: str) -> dict[str, Any]:
 
 
 def over_capacity(doc: Document) -> None:
-    """dev's pools advertise 16 GPUs (its T4s are shared 4 ways): one tenant alone asks for more."""
-    resource(doc, "tenant-nlp-research-gpu-quota")["inputs"]["spec"]["hard"][labels.GPU_QUOTA_KEY] = "17"
+    """dev's pools advertise 8 whole GPUs (its T4s' shares are not GPUs): with vision's 4, one tenant asks for 9."""
+    resource(doc, "tenant-nlp-research-gpu-quota")["inputs"]["spec"]["hard"][labels.GPU_QUOTA_KEY] = "9"
 
 
 def untainted_pool(doc: Document) -> None:

@@ -212,18 +212,20 @@ def test_a_branch_bump_on_precompiled_drivers_updates_every_driver(prod_base):
 
 
 def test_time_slicing_change_changes_the_pools_config_and_the_autoscalers_limit(dev_base):
-    """The pool's config keeps its name, so its running nodes' label still selects it; no MachineSet change."""
+    """The pool's config keeps its key, so its running nodes' label still selects it; the ConfigMap's name follows
+    its contents, so the ClusterPolicy names the new one and the operator rolls the device plugin. No MachineSet
+    change, and no autoscaler limit moves: shares are not GPUs to the autoscaler."""
     config = stack_config("dev")
     assert pool(config, "t4-inference")["timeSlicingReplicas"] == 4
     pool(config, "t4-inference")["timeSlicingReplicas"] = 8
     steps = {step.resource["inputs"]["kind"]: step for step in diff_plans(dev_base, render("dev", config)).steps}
 
-    assert set(steps) == {"ConfigMap", "ClusterAutoscaler"}
-    [change] = steps["ConfigMap"].changes
-    assert change.path == "data.t4-inference" and "replicas: 4" in change.old and "replicas: 8" in change.new
-    assert steps["ConfigMap"].op == "replace"  # ConfigMap data is force-new unless the provider makes them mutable
-    [limit] = steps["ClusterAutoscaler"].changes
-    assert (limit.old, limit.new) == (16, 32)  # 4 T4 nodes at most, each advertising 4 -> 8
+    assert set(steps) == {"ConfigMap", "ClusterPolicy"}
+    data = [change for change in steps["ConfigMap"].changes if change.path == "data.t4-inference"]
+    assert "replicas: 4" in data[0].old and "replicas: 8" in data[0].new
+    assert steps["ConfigMap"].op == "replace"  # a new name: created before the old one goes
+    [name] = steps["ClusterPolicy"].changes
+    assert name.path == "spec.devicePlugin.config.name" and name.new.startswith("device-plugin-config-")
 
 
 def test_scaling_a_pool_updates_only_that_pool(dev_base):

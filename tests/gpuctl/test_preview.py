@@ -268,6 +268,7 @@ def many_tenants() -> dict:
     config = document["config"]
     config["gpu-platform:tenancy"] = {"mode": "queue", "cohort": "gpu-tenants"}
     for tenant in config["gpu-platform:tenants"]:
+        tenant.pop("gpuShares", None)  # whole GPUs only: their queue is the whole-GPU pool's
         tenant.update(gpus=1, queue={"pools": ["dgx-a100"]})
     config["gpu-platform:tenants"] += [{
         "name": f"team-{index:03}", "gpus": 0, "queue": {"pools": ["l40s-inference"]}, **({"networks": [{

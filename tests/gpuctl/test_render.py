@@ -199,7 +199,7 @@ def write_bad_inputs(directory: Path) -> dict[str, list[str]]:
     shipped = (ROOT / "Pulumi.dev.yaml").read_text()
     edits = {"namespace-typo": ("gpu-platform:tenants", "gpuplatform:tenants"),
              "duplicate-key": ("config:\n", "config:\n  gpu-platform:tenants: []\n"),
-             "yaml11-bool": ("gpus: 6", "gpus: yes"),
+             "yaml11-bool": ("gpus: 4", "gpus: yes"),
              "huge-replicas": ("replicas: 2", "replicas: 1000000000000000000000000000000")}
     for case, (old, new) in edits.items():
         assert old in shipped

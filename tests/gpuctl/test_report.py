@@ -78,11 +78,11 @@ def test_a_create_shows_its_key_fields_and_each_component_header_once():
 
 def test_json_steps_carry_old_and_new_values_and_the_summary_is_data(time_slicing_change):
     document = report.to_json(time_slicing_change)
-    [step] = [s for s in document["steps"] if s["object"] == "nvidia-gpu-operator/device-plugin-config"]
+    [step] = [s for s in document["steps"] if s["object"].startswith("nvidia-gpu-operator/device-plugin-config-")]
     assert "replicas: 4" in step["old"]["data"]["t4-inference"] and "replicas: 8" in step["new"]["data"]["t4-inference"]
-    [change] = step["detailedDiff"]
-    assert change["path"] == "data.t4-inference" and "replicas: 8" in change["new"]
-    assert document["summary"]["capacity"]["schedulable_after"] == 24
+    [change] = [c for c in step["detailedDiff"] if c["path"] == "data.t4-inference"]
+    assert "replicas: 8" in change["new"]
+    assert document["summary"]["capacity"]["kinds_after"] == {"nvidia.com/gpu.shared": [8, 16]}
     json.dumps(document)
 
 

@@ -103,12 +103,14 @@ def test_time_slicing_shows_the_pools_sharing_and_what_is_advertised(dev_plan):
     pool(config, "t4-inference")["timeSlicingReplicas"] = 8
     new = render_stack("dev", config).document
     summary = summarize(dev_plan.document, new, diff_plans(dev_plan.document, new))
-    assert (summary.capacity.schedulable_before, summary.capacity.schedulable_after) == (16, 24)
+    # the shares are not GPUs: the whole GPUs advertised stay the A100s' 8, the shares go from 8 to 16
+    assert (summary.capacity.schedulable_before, summary.capacity.schedulable_after) == (8, 8)
+    assert summary.capacity.kinds_after["nvidia.com/gpu.shared"] == (8, 16)
     lines = summary_lines(summary)
-    assert any(line.startswith("  pool t4-inference:") and "GPUs 2 shared x4 -> 2 shared x8" in line
-               for line in lines)
+    assert any(line.startswith("  pool t4-inference:") and "GPUs 2 (time-sliced x4: 8 nvidia.com/gpu.shared) -> "
+               "2 (time-sliced x8: 16 nvidia.com/gpu.shared)" in line for line in lines)
     assert any(line.startswith("  pool a100-training:") and "GPUs 8," in line for line in lines)
-    assert "  advertised (time-slicing counts each share): 16 -> 24" in lines
+    assert "  quota / advertised nvidia.com/gpu.shared: 8 / 16" in lines
 
 
 def test_lowering_a_pool_maximum_says_the_same_in_the_roll_and_the_destructive_list(prod_base):
@@ -170,6 +172,8 @@ def test_bring_your_own_pools_are_never_terminated_and_their_kernel_change_is_yo
     base = render_stack("onprem").document
     config = stack_config("onprem")
     config["gpu-platform:nodePools"] = [pool(config, "l40s-inference")]
+    for tenant in config["gpu-platform:tenants"]:  # the whole GPUs went with dgx-a100
+        tenant["gpus"] = 0
     pool(config, "l40s-inference")["kernel"] = "5.15.0-126-generic"
     new = render_stack("onprem", config).document
     summary = summarize(base, new, diff_plans(base, new), offline=True)
@@ -179,7 +183,8 @@ def test_bring_your_own_pools_are_never_terminated_and_their_kernel_change_is_yo
                                             "declared now; you reboot the nodes into it")
     assert not [item for item in summary.destructive if item.what.startswith("pool")]
     text = "\n".join(summary_lines(summary))
-    assert "pool l40s-inference: bring-your-own, 4x NVIDIA-L40S, nodes 4, GPUs 16 shared x2" in text
+    assert ("pool l40s-inference: bring-your-own, 4x NVIDIA-L40S, nodes 4, GPUs 16 (time-sliced x2: 32 "
+            "nvidia.com/gpu.shared)") in text
 
 
 def repartitioned(stack: str, edit) -> object:

@@ -1006,8 +1006,8 @@ def test_onprem_pools_are_bring_your_own_and_count_what_they_declare() -> None:
     config = parse_stack_config(config_values("onprem"))
     assert not config.aws_pools, "no pool is provisioned on AWS"
     dgx, l40s = config.node_pools
-    assert (dgx.gpu_capacity, dgx.advertised_capacity) == (16, 16)
-    assert (l40s.gpu_capacity, l40s.advertised_capacity) == (16, 32)
+    assert (dgx.gpu_capacity, dgx.advertised) == (16, {"nvidia.com/gpu": 16})
+    assert (l40s.gpu_capacity, l40s.advertised) == (16, {"nvidia.com/gpu.shared": 32})
     assert config.declared_kernels == {KernelTarget("ubuntu22.04", "5.15.0-125-generic")}
     assert (dgx.autoscaler_min, dgx.autoscaler_max) == (2, 2), "nothing scales nodes the stack does not own"
 
@@ -1020,7 +1020,7 @@ def test_onprem_pools_are_bring_your_own_and_count_what_they_declare() -> None:
 def test_a_bring_your_own_pool_refuses_what_only_provisioned_pools_have(field: str, value: Any) -> None:
     assert config_error(lambda v: pool(v).update({field: value}), "onprem") == (
         f"gpu-platform:nodePools[0]: {field}: a bringYourOwn pool's nodes are provisioned outside this stack, which "
-        "sets only its replicas (node count), os, kernel and timeSlicingReplicas; remove them")
+        "sets only its replicas (node count), os, kernel, timeSlicingReplicas, migLayout and dedicatedTo; remove them")
 
 
 @pytest.mark.parametrize("mutate, expected", [

@@ -116,8 +116,9 @@ def test_cluster_policy_waits_for_the_operator_install(stack: str, installed: st
 
 
 def test_cluster_policy_waits_for_the_device_plugin_config(dev_plan: Plan) -> None:
-    assert depends(dev_plan.object("ClusterPolicy", "cluster-policy"),
-                   dev_plan.object("ConfigMap", "device-plugin-config"))
+    [config_map] = [r for r in dev_plan.of_type("kubernetes:core/v1:ConfigMap")
+                    if r["inputs"]["metadata"]["name"].startswith("device-plugin-config-")]
+    assert depends(dev_plan.object("ClusterPolicy", "cluster-policy"), config_map)
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
@@ -218,8 +219,14 @@ def test_dev_outputs(dev_plan: Plan) -> None:
     assert outputs["keptKernels"] == []
     # OpenShift builds the driver on the node (Driver Toolkit): the image carries the version, not the kernel.
     assert outputs["driverImages"] == {DEV_TARGET.key: "nvcr.io/nvidia/driver:580.95.05-rhcos4.18"}
-    assert outputs["tenants"] == {"vision": {"gpus": 6, "priorityClass": "gpu-high", "retired": False},
-                                  "nlp-research": {"gpus": 4, "priorityClass": "gpu-low", "retired": False}}
+    assert outputs["tenants"] == {
+        "vision": {"gpus": 4, "grants": {"nvidia.com/gpu": 4, "nvidia.com/gpu.shared": 4}, "priorityClass": "gpu-high",
+                   "retired": False},
+        "nlp-research": {"gpus": 1, "grants": {"nvidia.com/gpu": 1, "nvidia.com/gpu.shared": 4},
+                         "priorityClass": "gpu-low", "retired": False}}
+    # each pool counted as what it advertises: the T4s' shares are not GPUs
+    assert outputs["advertised"] == {"t4-inference": {"nvidia.com/gpu.shared": 8}, "a100-training": {"nvidia.com/gpu": 8}}
+    assert outputs["pools"]["t4-inference"]["partitioning"] == "time-sliced x4"
 
 
 def test_prod_outputs(prod_plan: Plan) -> None:
@@ -486,15 +493,18 @@ def test_a_bring_your_own_pool_provisions_nothing_and_carries_its_capacity() -> 
     plan = render_stack("onprem")
     pool = plan.named("pool-l40s-inference")
     assert not [r for r in plan.resources if r["parent"] == pool["urn"]]
-    assert pool["inputs"]["bringYourOwn"] == {"nodes": 4, "gpusPerNode": 4, "advertisedGpusPerNode": 8,
-                                              "nodeSelector": {"example.com/gpu-pool": "l40s-inference"}}
+    assert pool["inputs"]["bringYourOwn"] == {"nodes": 4, "gpusPerNode": 4,
+                                              "advertisedPerNode": {"nvidia.com/gpu.shared": 8},
+                                              "nodeSelector": {"example.com/gpu-pool": "l40s-inference"},
+                                              "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}
     # Its driver is declared for the kernel its nodes boot, and the pool waits for it.
     [driver] = plan.kind("NVIDIADriver")
     assert driver["spec"]["nodeSelector"][labels.KERNEL_LABEL] == "5.15.0-125-generic"
     assert plan.depends_on(pool, "driver-ubuntu22-04-5-15-0-125-generic")
     assert plan.outputs["pools"]["l40s-inference"]["roll"]["method"] == "bring-your-own"
     # Shared: the device plugin has its pool's config, which the nodes select by label (checked live).
-    assert "l40s-inference" in plan.manifest("ConfigMap", "device-plugin-config", "gpu-operator")["data"]
+    [config_map] = [c for c in plan.kind("ConfigMap") if c["metadata"]["name"].startswith("device-plugin-config-")]
+    assert "l40s-inference" in config_map["data"]
 
 
 def test_aws_resources_are_tagged_with_cluster_and_stack(prod_plan: Plan) -> None:

@@ -24,29 +24,35 @@ def example_values() -> dict[str, Any]:
 
 def test_guarantees_follow_each_tenants_pools_in_order_and_what_earlier_tenants_left() -> None:
     config = parse_stack_config(example_values())
-    assert guarantees(config) == {"search-ranking": {"l4-inference": 2}, "llm-training": {"a10g-batch": 4},
-                                  "analytics": {"a10g-batch": 4, "l4-inference": 2}}
+    gpu, shared, mig = "nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.5gb"
+    assert guarantees(config) == {
+        "search-ranking": {"l4-inference": {shared: 2}},
+        "llm-training": {"a10g-batch": {gpu: 4}, "a100-mig": {mig: 28}},
+        "analytics": {"a10g-batch": {gpu: 4}, "l4-inference": {shared: 2}, "a100-mig": {mig: 28}}}
 
 
 def test_a_tenant_without_pools_may_use_every_pool() -> None:
     values = config_values("staging") | {"tenancy": {"mode": "queue"}}
     shares = guarantees(parse_stack_config(values))
     assert all(set(share) == {"l4-inference", "a10g-batch"} for share in shares.values())
-    assert {name: sum(share.values()) for name, share in shares.items()} == {
+    assert {name: sum(kinds.get("nvidia.com/gpu", 0) for kinds in share.values()) for name, share in shares.items()} == {
         tenant["name"]: tenant["gpus"] for tenant in values["tenants"]}
 
 
 def test_what_no_pool_has_left_stays_on_the_last_pool_for_the_policy_to_report() -> None:
     values = example_values()
-    values["tenants"][2]["gpus"] = 9  # 3 more than a10g-batch and l4-inference have left
-    assert guarantees(parse_stack_config(values))["analytics"] == {"a10g-batch": 4, "l4-inference": 5}
+    values["tenants"][2]["gpus"] = 9  # 5 more than a10g-batch has left, and no other pool of its has whole GPUs
+    assert guarantees(parse_stack_config(values))["analytics"]["a10g-batch"] == {"nvidia.com/gpu": 9}
 
 
 def test_borrowable_is_what_others_may_lend_in_its_pools_up_to_its_limit() -> None:
     config = parse_stack_config(example_values())
-    # search-ranking: analytics lends its 2 on l4-inference, the limit is 2; llm-training: analytics' 4 on
-    # a10g-batch; analytics: llm-training lends 2 of its 4 on a10g-batch, search-ranking all 2 on l4-inference.
-    assert borrowable(config, guarantees(config)) == {"search-ranking": 2, "llm-training": 4, "analytics": 4}
+    # search-ranking: analytics lends its 2 shares, the limit is 2; llm-training: analytics' 4 GPUs and 28 slices;
+    # analytics: llm-training lends 2 of its 4 GPUs and 2 of its 28 slices, search-ranking its 2 shares.
+    gpu, shared, mig = "nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.5gb"
+    assert borrowable(config, guarantees(config)) == {"search-ranking": {shared: 2},
+                                                      "llm-training": {gpu: 4, mig: 28},
+                                                      "analytics": {gpu: 2, shared: 2, mig: 2}}
 
 
 def test_quota_mode_is_the_default() -> None:
