@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 import pulumi
@@ -11,6 +12,12 @@ import pulumi_kubernetes as k8s
 from components import labels
 from components.manifests import child_options, metadata
 
+
+def kube_state_metrics_value(name: str) -> str:
+    """A Kubernetes name as kube-state-metrics writes it into a label value (a node's `resource`): every character outside [a-zA-Z0-9_] becomes '_' (kube-state-metrics internal/store/utils.go SanitizeLabelName)."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
 # Alerts on metrics the pinned dcgm-exporter collects by default (its dcp-metrics-included.csv, which the operator
 # loads) and on kube-state-metrics' default node and DaemonSet series. A GPU node is one with the GPU taint
 # (kube_node_spec_taint): it has that series even when no GPU software ever ran on it, so absent GPU series are
@@ -18,6 +25,13 @@ from components.manifests import child_options, metadata
 def alerts(namespace: str) -> list[tuple[str, str, str, str, str, str]]:
     app, taint = labels.DCGM_EXPORTER_APP, labels.GPU_TAINT
     gpu_nodes = f'kube_node_spec_taint{{key="{taint["key"]}",effect="{taint["effect"]}"}}'
+    # Whole GPUs, time-sliced shares, MIG slices (and shared MIG slices, "<mig>.shared"), as kube-state-metrics names
+    # them in kube_node_status_allocatable's `resource` (internal/store/node.go
+    # createNodeStatusAllocatableFamilyGenerator, SanitizeLabelName). A device plugin that stopped leaves its
+    # resources at 0, hence `> 0`.
+    advertised = "|".join((kube_state_metrics_value(labels.GPU_RESOURCE),
+                           kube_state_metrics_value(labels.GPU_SHARED_RESOURCE),
+                           kube_state_metrics_value(labels.MIG_RESOURCE_PREFIX) + ".+"))
     return [
         # DCGM_FI_DEV_XID_ERRORS holds the last XID a GPU reported until its driver reloads: the alert fires while
         # a GPU holds an XID (a repeat of the same code included), and resolves once the GPU has been reset.
@@ -42,12 +56,14 @@ def alerts(namespace: str) -> list[tuple[str, str, str, str, str, str]]:
          "15m", "critical", "Driver DaemonSet {{ $labels.daemonset }} has unavailable pods",
          "Nodes on this kernel have no working driver and no GPUs. Check the NVIDIADriver's status, the driver pod "
          "logs and that its image exists."),
-        # A node whose kernel has no driver never advertises nvidia.com/gpu, so it has no allocatable series at all.
+        # A node whose kernel has no driver never advertises a GPU resource, so it has no allocatable series at all.
         ("GpuNodeWithoutAllocatableGpus",
-         f'{gpu_nodes} unless on(node) kube_node_status_allocatable{{resource="nvidia_com_gpu"}} > 0',
+         f'{gpu_nodes} unless on(node) kube_node_status_allocatable{{resource=~"{advertised}"}} > 0',
          "15m", "warning", "GPU node {{ $labels.node }} advertises no GPUs",
-         "The device plugin is not advertising nvidia.com/gpu: no driver for the node's kernel, or the toolkit or "
-         "device plugin failing. Check the NVIDIADriver of its kernel and the operand pods on the node."),
+         f"The device plugin advertises none of {labels.GPU_RESOURCE}, {labels.GPU_SHARED_RESOURCE} or "
+         f"{labels.MIG_RESOURCE_PREFIX}*: no driver for the node's kernel, the toolkit or device plugin failing, or a "
+         "MIG layout change that never finished. Check the NVIDIADriver of its kernel and "
+         "the operand pods on the node."),
     ]
 
 

@@ -113,3 +113,32 @@ def test_a_gpu_node_that_never_advertised_gpus_fires(rules) -> None:
         {"series": 'kube_node_status_allocatable{resource="nvidia_com_gpu",node="n1"}', "values": "_x20 4x10"},
     ], [alert("GpuNodeWithoutAllocatableGpus", "14m"), alert("GpuNodeWithoutAllocatableGpus", "16m", node),
         alert("GpuNodeWithoutAllocatableGpus", "22m")])
+
+
+def allocatable(resource: str, values: str) -> dict[str, str]:
+    """kube_node_status_allocatable of node n1, `resource` as kube-state-metrics writes it: '.', '/' and '-' become
+    '_' (internal/store/utils.go SanitizeLabelName)."""
+    return {"series": f'kube_node_status_allocatable{{resource="{resource}",node="n1",unit="integer"}}',
+            "values": values}
+
+
+@pytest.mark.parametrize("advertised", [
+    {"nvidia_com_gpu_shared": "4x30"},  # time-sliced: nvidia.com/gpu.shared, no nvidia.com/gpu at all
+    {"nvidia_com_gpu": "0x30", "nvidia_com_mig_1g_10gb": "7x30"},  # MIG (mixed): nvidia.com/mig-1g.10gb
+], ids=["shared", "mig"])
+def test_a_shared_or_mig_node_advertises_gpus(rules, advertised: dict[str, str]) -> None:
+    """A node whose GPUs are time-sliced or MIG-sliced advertises no whole GPU, and still has GPUs to give."""
+    promtool_test(rules[0], [{"series": TAINTED, "values": "1x30"},
+                             *(allocatable(resource, values) for resource, values in advertised.items())], [
+        alert("GpuNodeWithoutAllocatableGpus", "16m"), alert("GpuNodeWithoutAllocatableGpus", "30m")])
+
+
+def test_a_mig_node_whose_slices_are_gone_fires(rules) -> None:
+    """A stopped device plugin leaves its resources at 0 (a MIG change that never finished): no GPUs to give."""
+    node = {"key": labels.GPU_TAINT["key"], "effect": labels.GPU_TAINT["effect"], "node": "n1",
+            "severity": "warning"}
+    promtool_test(rules[0], [
+        {"series": TAINTED, "values": "1x40"},
+        allocatable("nvidia_com_gpu", "0x40"), allocatable("nvidia_com_mig_1g_10gb", "7x4 0x25 7x10"),
+    ], [alert("GpuNodeWithoutAllocatableGpus", "4m"), alert("GpuNodeWithoutAllocatableGpus", "19m"),
+        alert("GpuNodeWithoutAllocatableGpus", "21m", node), alert("GpuNodeWithoutAllocatableGpus", "31m")])

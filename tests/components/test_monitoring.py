@@ -79,6 +79,25 @@ def test_alerts_when_a_driver_is_down(plan: Plan, stack: str) -> None:
     assert f'namespace="{NAMESPACES[stack]}"' in driver[0]["expr"]
 
 
+# The `resource` of kube_node_status_allocatable for what the device plugin advertises per partitioning, as
+# kube-state-metrics writes it (internal/store/utils.go SanitizeLabelName: '.', '/', '-' and '+' become '_').
+ADVERTISED = {"nvidia.com/gpu": "nvidia_com_gpu", "nvidia.com/gpu.shared": "nvidia_com_gpu_shared",
+              "nvidia.com/mig-1g.10gb": "nvidia_com_mig_1g_10gb", "nvidia.com/mig-3g.40gb": "nvidia_com_mig_3g_40gb",
+              "nvidia.com/mig-1g.10gb.me": "nvidia_com_mig_1g_10gb_me",  # profile 1g.10gb+me
+              "nvidia.com/mig-1g.10gb.shared": "nvidia_com_mig_1g_10gb_shared"}
+
+
+def test_a_node_advertising_any_kind_of_gpu_is_not_without_gpus(plan: Plan, stack: str) -> None:
+    """Whole, time-sliced and MIG nodes all have GPUs: only a node advertising none of them is reported (PromQL
+    anchors its regular expressions, like fullmatch; that the alert fires and resolves is e2e/test_alerts.py's)."""
+    expr = alerts(plan, NAMESPACES[stack])["GpuNodeWithoutAllocatableGpus"]["expr"]
+    [pattern] = re.findall(r'kube_node_status_allocatable\{resource=~"([^"]+)"\} > 0', expr)
+    for name, resource in ADVERTISED.items():
+        assert re.fullmatch(pattern, resource), name
+    for other in ("nvidia_com_gpu_foo", "amd_com_gpu", "cpu", "nvidia_com_migrate"):
+        assert not re.fullmatch(pattern, other), other
+
+
 def test_every_alert_waits_a_duration_and_has_a_severity(plan: Plan, stack: str) -> None:
     for name, alert in alerts(plan, NAMESPACES[stack]).items():
         assert re.fullmatch(r"\d+[smh]", alert["for"]), name
