@@ -30,6 +30,11 @@ OS_VERSION_LABEL = f"{NFD_PREFIX}/system-os_release.VERSION_ID"
 # The node label by which NVIDIA's device plugin picks its config from the ConfigMap the ClusterPolicy names
 # (k8s-device-plugin's config manager, `--node-label`); nodes without it use the ClusterPolicy's default config.
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+# NVIDIA's MIG manager (k8s-mig-manager v0.15.0, the GPU Operator v26.7.0 pin) applies the layout named by the first
+# label and reports on the second (pkg/mig/reconfigure/reconfigure.go Reconfigure.Run): "pending" while it applies,
+# "rebooting" before a reboot it asked for, then "success" or "failed" (setState).
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
 
 # Labels the platform puts on its own nodes and objects.
 POOL_LABEL = "gpu-platform.io/pool"

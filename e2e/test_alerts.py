@@ -142,3 +142,45 @@ def test_a_mig_node_whose_slices_are_gone_fires(rules) -> None:
         allocatable("nvidia_com_gpu", "0x40"), allocatable("nvidia_com_mig_1g_10gb", "7x4 0x25 7x10"),
     ], [alert("GpuNodeWithoutAllocatableGpus", "4m"), alert("GpuNodeWithoutAllocatableGpus", "19m"),
         alert("GpuNodeWithoutAllocatableGpus", "21m", node), alert("GpuNodeWithoutAllocatableGpus", "31m")])
+
+
+# kube_node_labels of node n1 as kube-state-metrics writes it with the node's labels allowlisted (OpenShift's allows
+# them all, so other labels come along): "label_" and the key with '.', '/' and '-' as '_' (internal/store/utils.go
+# labelName). Each value of nvidia.com/mig.config.state is its own series; a value the node no longer has is stale.
+def mig_state(state: str, values: str, layout: str = "all-1g.10gb") -> dict[str, str]:
+    return {"series": f'kube_node_labels{{node="n1",job="kube-state-metrics",label_kubernetes_io_hostname="n1",'
+                      f'label_nvidia_com_mig_config="{layout}",label_nvidia_com_mig_config_state="{state}"}}',
+            "values": values}
+
+
+def mig_alert(state: str | None = None, layout: str = "all-1g.10gb") -> dict[str, str]:
+    expected = {"node": "n1", "label_nvidia_com_mig_config": layout, "severity": "warning"}
+    return expected | ({"label_nvidia_com_mig_config_state": state} if state else {})
+
+
+def test_a_failed_mig_layout_fires_until_the_next_layout_succeeds(rules) -> None:
+    """The MIG manager writes "failed" and retries nothing until the layout label changes or its pod restarts."""
+    promtool_test(rules[0], [
+        mig_state("pending", "1x4 stale"), mig_state("failed", "_x5 1x9 stale"),
+        mig_state("pending", "_x15 1x2 stale", layout="all-balanced"),
+        mig_state("success", "_x18 1x5", layout="all-balanced"),
+    ], [alert("GpuMigConfigFailed", "4m"), alert("GpuMigConfigFailed", "5m", mig_alert()),
+        alert("GpuMigConfigFailed", "14m", mig_alert()), alert("GpuMigConfigFailed", "16m"),
+        alert("GpuMigConfigFailed", "20m")])
+
+
+def test_a_mig_layout_stuck_pending_fires_and_resolves(rules) -> None:
+    """NVIDIA/gpu-operator#2833: the manager gave up waiting for a GPU client and left the state "pending"; deleting
+    its pod makes the new one apply the layout."""
+    promtool_test(rules[0], [mig_state("pending", "1x40 stale"), mig_state("success", "_x41 1x4")], [
+        alert("GpuMigConfigStuck", "29m"), alert("GpuMigConfigStuck", "31m", mig_alert("pending")),
+        alert("GpuMigConfigStuck", "40m", mig_alert("pending")), alert("GpuMigConfigStuck", "42m"),
+        alert("GpuMigConfigFailed", "42m")])
+
+
+def test_a_mig_layout_that_reboots_the_node_is_not_stuck(rules) -> None:
+    """A MIG mode change with a reboot: pending, rebooting, pending again, then success; each state is timed alone."""
+    promtool_test(rules[0], [
+        mig_state("pending", "1x24 stale"), mig_state("rebooting", "_x25 1x19 stale"),
+        mig_state("pending", "_x45 1x24 stale"), mig_state("success", "_x70 1x4"),
+    ], [alert("GpuMigConfigStuck", at) for at in ("24m", "44m", "69m", "74m")])

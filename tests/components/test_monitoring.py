@@ -98,6 +98,23 @@ def test_a_node_advertising_any_kind_of_gpu_is_not_without_gpus(plan: Plan, stac
         assert not re.fullmatch(pattern, other), other
 
 
+def test_alerts_when_a_mig_layout_fails_or_wedges(plan: Plan, stack: str) -> None:
+    """The MIG manager's states (k8s-mig-manager v0.15.0 pkg/mig/reconfigure/reconfigure.go), read from the
+    node label as kube-state-metrics names it: "failed" at once; "pending" or "rebooting" that lasts is the wedge
+    of NVIDIA/gpu-operator#2833, and its description says how to recover."""
+    rules = alerts(plan, NAMESPACES[stack])
+    failed, stuck = rules["GpuMigConfigFailed"], rules["GpuMigConfigStuck"]
+    assert 'kube_node_labels{label_nvidia_com_mig_config_state="failed"}' in failed["expr"]
+    assert 'kube_node_labels{label_nvidia_com_mig_config_state=~"pending|rebooting"}' in stuck["expr"]
+    assert stuck["for"] == "30m"  # longer than the five 5-minute waits for GPU clients of a working apply
+    for rule in (failed, stuck):
+        assert "by (node, label_nvidia_com_mig_config" in rule["expr"]  # one alert per node, naming the layout
+        description = rule["annotations"]["description"]
+        assert f"kubectl get pods -n {NAMESPACES[stack]} -l app=nvidia-mig-manager" in description
+    assert "gpu-operator#2833" in stuck["annotations"]["description"]
+    assert "paused-for-mig-change" in stuck["annotations"]["description"]
+
+
 def test_every_alert_waits_a_duration_and_has_a_severity(plan: Plan, stack: str) -> None:
     for name, alert in alerts(plan, NAMESPACES[stack]).items():
         assert re.fullmatch(r"\d+[smh]", alert["for"]), name
