@@ -33,8 +33,10 @@ MIG_CONFIG_STATE = kube_state_metrics_label(labels.MIG_CONFIG_STATE_LABEL)
 # loads) and on kube-state-metrics' node and DaemonSet series. A GPU node is one with the GPU taint
 # (kube_node_spec_taint): it has that series even when no GPU software ever ran on it, so absent GPU series are
 # caught too. The MIG manager's state is a node label, which kube-state-metrics' kube_node_labels carries only if
-# allowlisted (docs/monitoring.md); neither the operator's metrics (controllers/operator_metrics.go
-# InitOperatorMetrics, cmd/nvidia-validator/metrics.go NewNodeMetrics) nor dcgm-exporter export it.
+# allowlisted (docs/monitoring.md): OpenShift's platform instance allows every node label (cluster-monitoring-operator
+# release-4.18 assets/kube-state-metrics/deployment.yaml, `nodes=[*]`). Neither the operator's metrics (gpu-operator
+# v26.7.0 controllers/operator_metrics.go InitOperatorMetrics, cmd/nvidia-validator/metrics.go NewNodeMetrics) nor
+# dcgm-exporter's export it.
 # (alert, expr, for, severity, summary, description)
 def alerts(namespace: str) -> list[tuple[str, str, str, str, str, str]]:
     app, taint = labels.DCGM_EXPORTER_APP, labels.GPU_TAINT
