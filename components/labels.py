@@ -7,6 +7,12 @@ from dataclasses import dataclass
 # Extended resource advertised by the device plugin, and the quota key that caps it.
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_QUOTA_KEY = f"requests.{GPU_RESOURCE}"
+# What the device plugin (k8s-device-plugin v0.20.0) advertises instead on a partitioned node: time-sliced shares under
+# the default rename (api/config/v1/replicas.go, renameByDefault -> resources.go ResourceName.DefaultSharedRename, the
+# ".shared" suffix of consts.go), and MIG slices under the mixed strategy as nvidia.com/mig-<profile> with '+' replaced
+# by '.' (internal/rm/rm.go AddDefaultResourcesToConfig; the "nvidia.com" prefix is resources.go NewResourceName's).
+GPU_SHARED_RESOURCE = f"{GPU_RESOURCE}.shared"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 # Every GPU node carries this taint. The key equals the extended resource name, so the
 # ExtendedResourceToleration admission plugin adds the toleration to any pod requesting GPUs.
@@ -38,6 +44,11 @@ OS_VERSION_LABEL = f"{NFD_PREFIX}/system-os_release.VERSION_ID"
 # The node label by which NVIDIA's device plugin picks its config from the ConfigMap the ClusterPolicy names
 # (k8s-device-plugin's config manager, `--node-label`); nodes without it use the ClusterPolicy's default config.
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+# NVIDIA's MIG manager (k8s-mig-manager v0.15.0, the GPU Operator v26.7.0 pin) applies the layout named by the first
+# label and reports on the second (pkg/mig/reconfigure/reconfigure.go Reconfigure.Run): "pending" while it applies,
+# "rebooting" before a reboot it asked for, then "success" or "failed" (setState).
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
 
 # Labels the platform puts on its own nodes and objects.
 POOL_LABEL = "gpu-platform.io/pool"

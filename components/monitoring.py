@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 import pulumi
@@ -11,13 +12,43 @@ import pulumi_kubernetes as k8s
 from components import labels
 from components.manifests import child_options, metadata
 
+
+def kube_state_metrics_value(name: str) -> str:
+    """A Kubernetes name as kube-state-metrics writes it into a label value (a node's `resource`) or a label name:
+    every character outside [a-zA-Z0-9_] becomes '_' (kube-state-metrics internal/store/utils.go SanitizeLabelName)."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+def kube_state_metrics_label(key: str) -> str:
+    """The label of kube_node_labels that carries a node label allowlisted by `--metric-labels-allowlist`:
+    "label_" and the key sanitised, then snake-cased and lower-cased (internal/store/utils.go labelName)."""
+    return "label_" + re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", kube_state_metrics_value(key)).lower()
+
+
+MIG_CONFIG = kube_state_metrics_label(labels.MIG_CONFIG_LABEL)
+MIG_CONFIG_STATE = kube_state_metrics_label(labels.MIG_CONFIG_STATE_LABEL)
+
+
 # Alerts on metrics the pinned dcgm-exporter collects by default (its dcp-metrics-included.csv, which the operator
-# loads) and on kube-state-metrics' default node and DaemonSet series. A GPU node is one with the GPU taint
+# loads) and on kube-state-metrics' node and DaemonSet series. A GPU node is one with the GPU taint
 # (kube_node_spec_taint): it has that series even when no GPU software ever ran on it, so absent GPU series are
-# caught too. (alert, expr, for, severity, summary, description)
+# caught too. The MIG manager's state is a node label, which kube-state-metrics' kube_node_labels carries only if
+# allowlisted (docs/monitoring.md): OpenShift's platform instance allows every node label (cluster-monitoring-operator
+# release-4.18 assets/kube-state-metrics/deployment.yaml, `nodes=[*]`). Neither the operator's metrics (gpu-operator
+# v26.7.0 controllers/operator_metrics.go InitOperatorMetrics, cmd/nvidia-validator/metrics.go NewNodeMetrics) nor
+# dcgm-exporter's export it.
+# (alert, expr, for, severity, summary, description)
 def alerts(namespace: str) -> list[tuple[str, str, str, str, str, str]]:
     app, taint = labels.DCGM_EXPORTER_APP, labels.GPU_TAINT
     gpu_nodes = f'kube_node_spec_taint{{key="{taint["key"]}",effect="{taint["effect"]}"}}'
+    # Whole GPUs, time-sliced shares, MIG slices (and shared MIG slices, "<mig>.shared"), as kube-state-metrics names
+    # them in kube_node_status_allocatable's `resource` (internal/store/node.go
+    # createNodeStatusAllocatableFamilyGenerator, SanitizeLabelName). A device plugin that stopped leaves its
+    # resources at 0, hence `> 0`.
+    advertised = "|".join((kube_state_metrics_value(labels.GPU_RESOURCE),
+                           kube_state_metrics_value(labels.GPU_SHARED_RESOURCE),
+                           kube_state_metrics_value(labels.MIG_RESOURCE_PREFIX) + ".+"))
+    mig_manager = f"kubectl get pods -n {namespace} -l app=nvidia-mig-manager -o wide"
     return [
         # DCGM_FI_DEV_XID_ERRORS holds the last XID a GPU reported until its driver reloads: the alert fires while
         # a GPU holds an XID (a repeat of the same code included), and resolves once the GPU has been reset.
@@ -42,12 +73,42 @@ def alerts(namespace: str) -> list[tuple[str, str, str, str, str, str]]:
          "15m", "critical", "Driver DaemonSet {{ $labels.daemonset }} has unavailable pods",
          "Nodes on this kernel have no working driver and no GPUs. Check the NVIDIADriver's status, the driver pod "
          "logs and that its image exists."),
-        # A node whose kernel has no driver never advertises nvidia.com/gpu, so it has no allocatable series at all.
+        # A node whose kernel has no driver never advertises a GPU resource, so it has no allocatable series at all.
         ("GpuNodeWithoutAllocatableGpus",
-         f'{gpu_nodes} unless on(node) kube_node_status_allocatable{{resource="nvidia_com_gpu"}} > 0',
+         f'{gpu_nodes} unless on(node) kube_node_status_allocatable{{resource=~"{advertised}"}} > 0',
          "15m", "warning", "GPU node {{ $labels.node }} advertises no GPUs",
-         "The device plugin is not advertising nvidia.com/gpu: no driver for the node's kernel, or the toolkit or "
-         "device plugin failing. Check the NVIDIADriver of its kernel and the operand pods on the node."),
+         f"The device plugin advertises none of {labels.GPU_RESOURCE}, {labels.GPU_SHARED_RESOURCE} or "
+         f"{labels.MIG_RESOURCE_PREFIX}*: no driver for the node's kernel, the toolkit or device plugin failing, or a "
+         "MIG layout change that never finished (see GpuMigConfigStuck). Check the NVIDIADriver of its kernel and "
+         "the operand pods on the node."),
+        # The MIG manager writes "failed" when it gives up on a layout (setState(migStateFailed) in Reconfigure.Run),
+        # after restoring the GPU clients it stopped, and retries only when nvidia.com/mig.config changes or its pod
+        # restarts (cmd/nvidia-mig-manager/main.go start, ContinuouslySyncMigConfigChanges).
+        ("GpuMigConfigFailed",
+         f'max by (node, {MIG_CONFIG}) (kube_node_labels{{{MIG_CONFIG_STATE}="failed"}})',
+         "0m", "warning",
+         f"MIG layout {{{{ $labels.{MIG_CONFIG} }}}} failed on GPU node {{{{ $labels.node }}}}",
+         "NVIDIA's MIG manager gave up applying the node's MIG layout and will not retry on its own: the node "
+         "advertises whatever slices its GPUs hold now, not the layout asked for. Find why in the log of the node's "
+         f"nvidia-mig-manager pod (`{mig_manager}`): a layout its GPUs cannot hold, a GPU still in use, or a MIG "
+         "mode change that needs a reboot. Fix the cause (drain the node; reboot it for a mode change), then delete "
+         "that pod: the new one applies the layout again."),
+        # "pending" (or "rebooting") that lasts: the wedge of NVIDIA/gpu-operator#2833, still in k8s-mig-manager
+        # v0.15.0. When a GPU client pod outlives its 5-minute shutdown wait (Reconfigure.waitForPodsToBeDeleted:
+        # at most five such waits), Run returns without setState: the state stays "pending", the operands stay
+        # paused (nvidia.com/gpu.deploy.*=paused-for-mig-change) and the manager waits for a label change that never
+        # comes. 30 minutes is longer than every wait of a working apply; each state is timed on its own.
+        ("GpuMigConfigStuck",
+         f'max by (node, {MIG_CONFIG}, {MIG_CONFIG_STATE}) '
+         f'(kube_node_labels{{{MIG_CONFIG_STATE}=~"pending|rebooting"}})',
+         "30m", "warning",
+         f"MIG layout {{{{ $labels.{MIG_CONFIG} }}}} on GPU node {{{{ $labels.node }}}} has been "
+         f"{{{{ $labels.{MIG_CONFIG_STATE} }}}} for 30 minutes",
+         "NVIDIA's MIG manager is stuck (NVIDIA/gpu-operator#2833): a GPU client pod did not stop in time, it "
+         "aborted the change, left the node's operands paused (nvidia.com/gpu.deploy.*=paused-for-mig-change) and "
+         "waits for a label change that will not come; the node advertises no GPUs. Recover: let the pod stuck "
+         "terminating on the node finish, or delete it, then delete the node's nvidia-mig-manager pod "
+         f"(`{mig_manager}`): the new one applies the layout again and restores the operands."),
     ]
 
 

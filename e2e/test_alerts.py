@@ -113,3 +113,74 @@ def test_a_gpu_node_that_never_advertised_gpus_fires(rules) -> None:
         {"series": 'kube_node_status_allocatable{resource="nvidia_com_gpu",node="n1"}', "values": "_x20 4x10"},
     ], [alert("GpuNodeWithoutAllocatableGpus", "14m"), alert("GpuNodeWithoutAllocatableGpus", "16m", node),
         alert("GpuNodeWithoutAllocatableGpus", "22m")])
+
+
+def allocatable(resource: str, values: str) -> dict[str, str]:
+    """kube_node_status_allocatable of node n1, `resource` as kube-state-metrics writes it: '.', '/' and '-' become
+    '_' (internal/store/utils.go SanitizeLabelName)."""
+    return {"series": f'kube_node_status_allocatable{{resource="{resource}",node="n1",unit="integer"}}',
+            "values": values}
+
+
+@pytest.mark.parametrize("advertised", [
+    {"nvidia_com_gpu_shared": "4x30"},  # time-sliced: nvidia.com/gpu.shared, no nvidia.com/gpu at all
+    {"nvidia_com_gpu": "0x30", "nvidia_com_mig_1g_10gb": "7x30"},  # MIG (mixed): nvidia.com/mig-1g.10gb
+], ids=["shared", "mig"])
+def test_a_shared_or_mig_node_advertises_gpus(rules, advertised: dict[str, str]) -> None:
+    """A node whose GPUs are time-sliced or MIG-sliced advertises no whole GPU, and still has GPUs to give."""
+    promtool_test(rules[0], [{"series": TAINTED, "values": "1x30"},
+                             *(allocatable(resource, values) for resource, values in advertised.items())], [
+        alert("GpuNodeWithoutAllocatableGpus", "16m"), alert("GpuNodeWithoutAllocatableGpus", "30m")])
+
+
+def test_a_mig_node_whose_slices_are_gone_fires(rules) -> None:
+    """A stopped device plugin leaves its resources at 0 (a MIG change that never finished): no GPUs to give."""
+    node = {"key": labels.GPU_TAINT["key"], "effect": labels.GPU_TAINT["effect"], "node": "n1",
+            "severity": "warning"}
+    promtool_test(rules[0], [
+        {"series": TAINTED, "values": "1x40"},
+        allocatable("nvidia_com_gpu", "0x40"), allocatable("nvidia_com_mig_1g_10gb", "7x4 0x25 7x10"),
+    ], [alert("GpuNodeWithoutAllocatableGpus", "4m"), alert("GpuNodeWithoutAllocatableGpus", "19m"),
+        alert("GpuNodeWithoutAllocatableGpus", "21m", node), alert("GpuNodeWithoutAllocatableGpus", "31m")])
+
+
+# kube_node_labels of node n1 as kube-state-metrics writes it with the node's labels allowlisted (OpenShift's allows
+# them all, so other labels come along): "label_" and the key with '.', '/' and '-' as '_' (internal/store/utils.go
+# labelName). Each value of nvidia.com/mig.config.state is its own series; a value the node no longer has is stale.
+def mig_state(state: str, values: str, layout: str = "all-1g.10gb") -> dict[str, str]:
+    return {"series": f'kube_node_labels{{node="n1",job="kube-state-metrics",label_kubernetes_io_hostname="n1",'
+                      f'label_nvidia_com_mig_config="{layout}",label_nvidia_com_mig_config_state="{state}"}}',
+            "values": values}
+
+
+def mig_alert(state: str | None = None, layout: str = "all-1g.10gb") -> dict[str, str]:
+    expected = {"node": "n1", "label_nvidia_com_mig_config": layout, "severity": "warning"}
+    return expected | ({"label_nvidia_com_mig_config_state": state} if state else {})
+
+
+def test_a_failed_mig_layout_fires_until_the_next_layout_succeeds(rules) -> None:
+    """The MIG manager writes "failed" and retries nothing until the layout label changes or its pod restarts."""
+    promtool_test(rules[0], [
+        mig_state("pending", "1x4 stale"), mig_state("failed", "_x5 1x9 stale"),
+        mig_state("pending", "_x15 1x2 stale", layout="all-balanced"),
+        mig_state("success", "_x18 1x5", layout="all-balanced"),
+    ], [alert("GpuMigConfigFailed", "4m"), alert("GpuMigConfigFailed", "5m", mig_alert()),
+        alert("GpuMigConfigFailed", "14m", mig_alert()), alert("GpuMigConfigFailed", "16m"),
+        alert("GpuMigConfigFailed", "20m")])
+
+
+def test_a_mig_layout_stuck_pending_fires_and_resolves(rules) -> None:
+    """NVIDIA/gpu-operator#2833: the manager gave up waiting for a GPU client and left the state "pending"; deleting
+    its pod makes the new one apply the layout."""
+    promtool_test(rules[0], [mig_state("pending", "1x40 stale"), mig_state("success", "_x41 1x4")], [
+        alert("GpuMigConfigStuck", "29m"), alert("GpuMigConfigStuck", "31m", mig_alert("pending")),
+        alert("GpuMigConfigStuck", "40m", mig_alert("pending")), alert("GpuMigConfigStuck", "42m"),
+        alert("GpuMigConfigFailed", "42m")])
+
+
+def test_a_mig_layout_that_reboots_the_node_is_not_stuck(rules) -> None:
+    """A MIG mode change with a reboot: pending, rebooting, pending again, then success; each state is timed alone."""
+    promtool_test(rules[0], [
+        mig_state("pending", "1x24 stale"), mig_state("rebooting", "_x25 1x19 stale"),
+        mig_state("pending", "_x45 1x24 stale"), mig_state("success", "_x70 1x4"),
+    ], [alert("GpuMigConfigStuck", at) for at in ("24m", "44m", "69m", "74m")])

@@ -79,6 +79,42 @@ def test_alerts_when_a_driver_is_down(plan: Plan, stack: str) -> None:
     assert f'namespace="{NAMESPACES[stack]}"' in driver[0]["expr"]
 
 
+# The `resource` of kube_node_status_allocatable for what the device plugin advertises per partitioning, as
+# kube-state-metrics writes it (internal/store/utils.go SanitizeLabelName: '.', '/', '-' and '+' become '_').
+ADVERTISED = {"nvidia.com/gpu": "nvidia_com_gpu", "nvidia.com/gpu.shared": "nvidia_com_gpu_shared",
+              "nvidia.com/mig-1g.10gb": "nvidia_com_mig_1g_10gb", "nvidia.com/mig-3g.40gb": "nvidia_com_mig_3g_40gb",
+              "nvidia.com/mig-1g.10gb.me": "nvidia_com_mig_1g_10gb_me",  # profile 1g.10gb+me
+              "nvidia.com/mig-1g.10gb.shared": "nvidia_com_mig_1g_10gb_shared"}
+
+
+def test_a_node_advertising_any_kind_of_gpu_is_not_without_gpus(plan: Plan, stack: str) -> None:
+    """Whole, time-sliced and MIG nodes all have GPUs: only a node advertising none of them is reported (PromQL
+    anchors its regular expressions, like fullmatch; that the alert fires and resolves is e2e/test_alerts.py's)."""
+    expr = alerts(plan, NAMESPACES[stack])["GpuNodeWithoutAllocatableGpus"]["expr"]
+    [pattern] = re.findall(r'kube_node_status_allocatable\{resource=~"([^"]+)"\} > 0', expr)
+    for name, resource in ADVERTISED.items():
+        assert re.fullmatch(pattern, resource), name
+    for other in ("nvidia_com_gpu_foo", "amd_com_gpu", "cpu", "nvidia_com_migrate"):
+        assert not re.fullmatch(pattern, other), other
+
+
+def test_alerts_when_a_mig_layout_fails_or_wedges(plan: Plan, stack: str) -> None:
+    """The MIG manager's states (k8s-mig-manager v0.15.0 pkg/mig/reconfigure/reconfigure.go), read from the
+    node label as kube-state-metrics names it: "failed" at once; "pending" or "rebooting" that lasts is the wedge
+    of NVIDIA/gpu-operator#2833, and its description says how to recover."""
+    rules = alerts(plan, NAMESPACES[stack])
+    failed, stuck = rules["GpuMigConfigFailed"], rules["GpuMigConfigStuck"]
+    assert 'kube_node_labels{label_nvidia_com_mig_config_state="failed"}' in failed["expr"]
+    assert 'kube_node_labels{label_nvidia_com_mig_config_state=~"pending|rebooting"}' in stuck["expr"]
+    assert stuck["for"] == "30m"  # longer than the five 5-minute waits for GPU clients of a working apply
+    for rule in (failed, stuck):
+        assert "by (node, label_nvidia_com_mig_config" in rule["expr"]  # one alert per node, naming the layout
+        description = rule["annotations"]["description"]
+        assert f"kubectl get pods -n {NAMESPACES[stack]} -l app=nvidia-mig-manager" in description
+    assert "gpu-operator#2833" in stuck["annotations"]["description"]
+    assert "paused-for-mig-change" in stuck["annotations"]["description"]
+
+
 def test_every_alert_waits_a_duration_and_has_a_severity(plan: Plan, stack: str) -> None:
     for name, alert in alerts(plan, NAMESPACES[stack]).items():
         assert re.fullmatch(r"\d+[smh]", alert["for"]), name
