@@ -7,12 +7,6 @@ from dataclasses import dataclass
 # Extended resource advertised by the device plugin, and the quota key that caps it.
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_QUOTA_KEY = f"requests.{GPU_RESOURCE}"
-# What the device plugin (k8s-device-plugin v0.20.0) advertises instead on a partitioned node: time-sliced shares under
-# the default rename (api/config/v1/replicas.go, renameByDefault -> resources.go ResourceName.DefaultSharedRename, the
-# ".shared" suffix of consts.go), and MIG slices under the mixed strategy as nvidia.com/mig-<profile> with '+' replaced
-# by '.' (internal/rm/rm.go AddDefaultResourcesToConfig; the "nvidia.com" prefix is resources.go NewResourceName's).
-GPU_SHARED_RESOURCE = f"{GPU_RESOURCE}.shared"
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 # Every GPU node carries this taint. The key equals the extended resource name, so the
 # ExtendedResourceToleration admission plugin adds the toleration to any pod requesting GPUs.
@@ -28,10 +22,6 @@ DEDICATED_POOL_LABEL = "dedicated.gpu-platform.io/{pool}"
 def dedicated_taint(pool: str) -> dict[str, str]:
     return {"key": DEDICATED_TAINT_KEY, "value": pool, "effect": "NoSchedule"}
 
-
-# The node label NVIDIA's MIG manager reads the MIG layout of the node's GPUs from (a name of its mig-parted
-# config), and the label it reports its progress in (k8s-mig-manager, the operator's mig-manager DaemonSet).
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 
 # Node Feature Discovery labels.
 NFD_PREFIX = "feature.node.kubernetes.io"

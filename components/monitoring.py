@@ -11,6 +11,7 @@ import pulumi_kubernetes as k8s
 
 from components import labels
 from components.manifests import child_options, metadata
+from fleet.partitioning import MIG_PREFIX, SHARED_GPU
 
 
 def kube_state_metrics_value(name: str) -> str:
@@ -46,8 +47,8 @@ def alerts(namespace: str) -> list[tuple[str, str, str, str, str, str]]:
     # createNodeStatusAllocatableFamilyGenerator, SanitizeLabelName). A device plugin that stopped leaves its
     # resources at 0, hence `> 0`.
     advertised = "|".join((kube_state_metrics_value(labels.GPU_RESOURCE),
-                           kube_state_metrics_value(labels.GPU_SHARED_RESOURCE),
-                           kube_state_metrics_value(labels.MIG_RESOURCE_PREFIX) + ".+"))
+                           kube_state_metrics_value(SHARED_GPU),
+                           kube_state_metrics_value(MIG_PREFIX) + ".+"))
     mig_manager = f"kubectl get pods -n {namespace} -l app=nvidia-mig-manager -o wide"
     return [
         # DCGM_FI_DEV_XID_ERRORS holds the last XID a GPU reported until its driver reloads: the alert fires while
@@ -77,8 +78,8 @@ def alerts(namespace: str) -> list[tuple[str, str, str, str, str, str]]:
         ("GpuNodeWithoutAllocatableGpus",
          f'{gpu_nodes} unless on(node) kube_node_status_allocatable{{resource=~"{advertised}"}} > 0',
          "15m", "warning", "GPU node {{ $labels.node }} advertises no GPUs",
-         f"The device plugin advertises none of {labels.GPU_RESOURCE}, {labels.GPU_SHARED_RESOURCE} or "
-         f"{labels.MIG_RESOURCE_PREFIX}*: no driver for the node's kernel, the toolkit or device plugin failing, or a "
+         f"The device plugin advertises none of {labels.GPU_RESOURCE}, {SHARED_GPU} or "
+         f"{MIG_PREFIX}*: no driver for the node's kernel, the toolkit or device plugin failing, or a "
          "MIG layout change that never finished (see GpuMigConfigStuck). Check the NVIDIADriver of its kernel and "
          "the operand pods on the node."),
         # The MIG manager writes "failed" when it gives up on a layout (setState(migStateFailed) in Reconfigure.Run),
