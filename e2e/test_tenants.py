@@ -70,7 +70,7 @@ def cluster(applied: Applied) -> Iterator[Applied]:
 
 
 def as_tenant(applied: Applied, tenant: Any) -> Kube:
-    return applied.user(f"{tenant.name}-member", tenant.group)
+    return applied.user(f"{tenant.name}-member", tenant.rbac_group)
 
 
 def gpu_nodes(applied: Applied, pool: str) -> set[str]:
@@ -189,11 +189,16 @@ def test_without_the_dedicated_toleration_the_owners_pod_stays_off_the_pool(clus
     as_tenant(cluster, owner).create(in_namespace(
         pod("untolerated", gpus=1, resource=resource, pool=cluster.stack.pool_selector(pool.name)), owner.name))
 
+    # The pod tolerates the GPU taint and selects only the pool's nodes, so the taint it leaves untolerated is the
+    # dedicated one (the scheduler's message counts such nodes without naming the taint).
     def unschedulable() -> bool:
         found = cluster.admin.get("v1", "Pod", "untolerated", owner.name) or {}
-        return any(c["type"] == "PodScheduled" and c["status"] == "False" and labels.DEDICATED_TAINT_KEY in
-                   c.get("message", "") for c in found.get("status", {}).get("conditions", []))
-    wait_for(unschedulable, "the scheduler names the dedicated taint", timeout=SETTLE_SECONDS)
+        return not found.get("spec", {}).get("nodeName") and any(
+            c["type"] == "PodScheduled" and c["status"] == "False" and
+            f"{len(gpu_nodes(cluster, pool.name))} node(s) had untolerated taint" in c.get("message", "")
+            for c in found.get("status", {}).get("conditions", []))
+    wait_for(unschedulable, "the scheduler refuses the pool's nodes for their untolerated taint",
+             timeout=SETTLE_SECONDS)
 
 
 @pytest.mark.parametrize("name, spec, refused_by", [
@@ -298,7 +303,8 @@ def test_a_gpu_high_pod_preempts_a_gpu_low_pod_on_a_full_pool(cluster: Applied) 
         pytest.skip(f"stack {stack.name} needs a gpu-low and a gpu-high tenant")
     pools = sorted((p for p in stack.config.node_pools if len(p.advertised) == 1 and not p.dedicated_to),
                    key=lambda p: sum(p.advertised.values()))
-    for pool, low, high in ((p, lo, hi) for p in pools for lo in low for hi in high):
+    candidates = [(p, lo, hi) for p in pools for lo in low for hi in high]
+    for pool, low, high in candidates:
         [(resource, capacity)] = pool.advertised.items()
         low_pods = min(low.grants.get(resource, 0), capacity)
         high_pods = capacity - low_pods
