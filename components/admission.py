@@ -61,6 +61,11 @@ VALIDATIONS = [
      f"cdi.k8s.io/ annotations ask the runtime for devices outside the quota; request {GPU} instead"),
     ("!has(object.spec.resourceClaims) || size(object.spec.resourceClaims) == 0",
      f"resource claims (DRA) are not offered to tenants: GPUs come as {GPU} under the tenant's quota"),
+    # Ephemeral containers (added through pods/ephemeralcontainers, which the policy matches too) take no resources,
+    # but an environment as any container does.
+    ("!has(object.spec.ephemeralContainers) || !object.spec.ephemeralContainers.exists(c, has(c.env)"
+     " && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES'))",
+     f"NVIDIA_VISIBLE_DEVICES is set by the device plugin, in ephemeral containers too; request {GPU} instead"),
 ]
 # Outside tenant namespaces (and the cluster's and platform's own, which the binding leaves out): no GPUs at all.
 GUARD_VALIDATIONS = [
@@ -123,7 +128,8 @@ class TenantAdmission(pulumi.ComponentResource):
                 "failurePolicy": "Fail",
                 "matchConstraints": {"resourceRules": [{
                     "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                    "resources": ["pods"]}]},
+                    # Ephemeral containers are added through a subresource, checked as the pod it changes.
+                    "resources": ["pods", "pods/ephemeralcontainers"]}]},
                 **({"matchConditions": [{"name": "outside-reserved-namespaces",
                                          "expression": f"!request.namespace.startsWith('{args.exempt_prefix}')"}]}
                    if args.exempt_prefix else {}),

@@ -31,11 +31,11 @@ from e2e.cluster import KWOK_STAGES, ControlPlane
 from e2e.conftest import Applied, apply_stack, object_key, prepare_cluster
 from e2e.kube import Kube, refusal, wait_for
 from e2e.stack import Stack
+from e2e.test_tenants import RESTRICTED_POD, container
 from stacks.config import parse_stack_config
 from tests.conftest import ROOT, render_stack
 
 GPU = labels.GPU_RESOURCE
-PAUSE = "registry.k8s.io/pause:3.10"
 WORKLOAD = ("kueue.x-k8s.io/v1beta2", "Workload")
 EXAMPLES = {"queue": "Pulumi.queue.yaml", "queue-openshift": "Pulumi.queue-openshift.yaml"}
 OPERATOR_INSTANCE = "Kueue/cluster"  # OpenShift: the Red Hat build's instance, for its operator (a stand-in here)
@@ -89,7 +89,8 @@ def gpu_job(name: str, gpus: int, *, priority: str | None = None, queue: bool = 
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "labels": job_labels},
             "spec": {"backoffLimit": 0, "template": {"spec": {
                 "restartPolicy": "Never", "nodeSelector": {labels.POOL_LABEL: POOL},
-                "containers": [{"name": "main", "image": PAUSE, "resources": {"limits": {GPU: str(gpus)}}}]}}}}
+                "securityContext": dict(RESTRICTED_POD),
+                "containers": [container(resources={"limits": {GPU: str(gpus)}})]}}}}
 
 
 def submit(applied: Applied, tenant: str, job: dict[str, Any]) -> None:
@@ -198,7 +199,7 @@ def test_a_higher_priority_job_preempts_a_lower_one_inside_a_tenant(cluster: App
 @pytest.mark.parametrize("name, obj, rule", [
     ("a GPU job without a queue", gpu_job("unqueued", 1, queue=False), "'Job'"),
     ("a bare GPU pod", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare"}, "spec": {
-        "containers": [{"name": "main", "image": PAUSE, "resources": {"limits": {GPU: "1"}}}]}}, "'Pod'"),
+        "securityContext": RESTRICTED_POD, "containers": [container(resources={"limits": {GPU: "1"}})]}}, "'Pod'"),
 ])
 def test_gpu_work_outside_the_queue_is_refused(cluster: Applied, name: str, obj: dict[str, Any], rule: str) -> None:
     [message] = [text for expression, text in QUEUE_VALIDATIONS if f"object.kind != {rule}" in expression]
