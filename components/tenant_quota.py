@@ -35,6 +35,10 @@ TENANT_RULES = [
     {"apiGroups": ["k8s.cni.cncf.io"], "resources": ["network-attachment-definitions"], "verbs": _READ},
     # Tenancy mode queue: why a job waits, or was preempted (its Workload), and its queue.
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"], "verbs": _READ},
+    # ... and its place in the queue: Kueue's visibility API lists a LocalQueue's pending workloads with their
+    # positions in it and in the ClusterQueue (apis/visibility/v1beta2 PendingWorkload; the chart's own
+    # pending-workloads-lq-viewer role grants the same). Cluster queues' listings, which show other tenants', are not.
+    {"apiGroups": ["visibility.kueue.x-k8s.io"], "resources": ["localqueues/pendingworkloads"], "verbs": ["get"]},
 ]
 
 
