@@ -124,7 +124,7 @@ def test_a_gpu_pod_over_quota_is_refused_by_the_quota(cluster: Applied) -> None:
         container(resources={"limits": {GPU: "0m"}})]}, "toleratesGpuTaint"),
     ("names a GPU node", {"nodeName": "{gpu_node}"}, "namesNode"),
     ("sets NVIDIA_VISIBLE_DEVICES", {"containers": [container(env=[
-        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])]}, "NVIDIA_VISIBLE_DEVICES"),
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])]}, "variables.containers.exists(c, has(c.env)"),
     ("asks for the nvidia runtime", {"runtimeClassName": "nvidia"}, "runtimeClassName"),
     ("asks for the nvidia-cdi runtime", {"runtimeClassName": "nvidia-cdi"}, "runtimeClassName"),
     ("asks for the nvidia-legacy runtime", {"runtimeClassName": "nvidia-legacy"}, "runtimeClassName"),
