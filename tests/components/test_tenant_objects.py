@@ -13,7 +13,7 @@ from tests.conftest import Plan
 
 
 def admit(obj: dict[str, Any]) -> list[str]:
-    return broken_rules({}, VALIDATIONS, obj)
+    return broken_rules({}, VALIDATIONS[{"Secret": "secrets", "Service": "services"}[obj["kind"]]], obj)
 
 
 def secret(kind: str | None) -> dict[str, Any]:
@@ -25,8 +25,9 @@ def service(**spec: Any) -> dict[str, Any]:
 
 
 def test_every_expression_compiles() -> None:
-    for rule, _ in VALIDATIONS:
-        program(rule)
+    for validations in VALIDATIONS.values():
+        for rule, _ in validations:
+            program(rule)
 
 
 @pytest.mark.parametrize("obj", [secret(None), secret("Opaque"), secret("kubernetes.io/dockerconfigjson"),
@@ -50,15 +51,18 @@ def test_tokens_and_exposure_are_refused(obj: dict[str, Any], reason: str) -> No
     assert reason in message
 
 
-def test_the_policy_is_bound_to_every_tenant_namespace_before_any_exists(dev_plan: Plan) -> None:
-    policy = dev_plan.manifest("ValidatingAdmissionPolicy", POLICY_NAME)
-    binding = dev_plan.manifest("ValidatingAdmissionPolicyBinding", POLICY_NAME)
+@pytest.mark.parametrize("resource", sorted(VALIDATIONS))
+def test_each_policy_is_bound_to_every_tenant_namespace_before_any_exists(dev_plan: Plan, resource: str) -> None:
+    """One policy per kind: the API server type-checks each expression against every kind its policy matches."""
+    policy = dev_plan.manifest("ValidatingAdmissionPolicy", f"{POLICY_NAME}-{resource}")
+    binding = dev_plan.manifest("ValidatingAdmissionPolicyBinding", f"{POLICY_NAME}-{resource}")
     assert policy["spec"]["failurePolicy"] == "Fail"
-    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["secrets", "services"]
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == [resource]
+    assert [v["expression"] for v in policy["spec"]["validations"]] == [rule for rule, _ in VALIDATIONS[resource]]
     assert binding["spec"]["validationActions"] == ["Deny"]
     assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"] == [
         {"key": labels.TENANT_LABEL, "operator": "Exists"}]
-    bound = dev_plan.object("ValidatingAdmissionPolicyBinding", POLICY_NAME)["urn"]
+    bound = dev_plan.object("ValidatingAdmissionPolicyBinding", f"{POLICY_NAME}-{resource}")["urn"]
     tenants = [namespace for namespace in dev_plan.of_type("kubernetes:core/v1:Namespace")
                if labels.TENANT_LABEL in namespace["inputs"]["metadata"].get("labels", {})]
     assert tenants and all(bound in namespace["dependencies"] for namespace in tenants)
