@@ -82,6 +82,11 @@ VALIDATIONS = [
      " && (!has(t.value) || t.value == ''))",
      f"tolerate a dedicated pool by its name ({labels.DEDICATED_TAINT_KEY} with operator Equal and the pool as value), "
      "not every dedicated pool at once"),
+    # Ephemeral containers (added through pods/ephemeralcontainers, which the policy matches too) take no resources,
+    # but an environment as any container does.
+    ("!has(object.spec.ephemeralContainers) || !object.spec.ephemeralContainers.exists(c, has(c.env)"
+     " && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES'))",
+     f"NVIDIA_VISIBLE_DEVICES is set by the device plugin, in ephemeral containers too; request {GPU} instead"),
 ]
 
 
@@ -103,6 +108,8 @@ def dedicated_validations(owners: dict[str, tuple[str, ...]]) -> list[tuple[str,
             f" && object.spec.nodeSelector['{labels.POOL_LABEL}'] == '{pool}'))",
             f"pool {pool} is dedicated to {', '.join(tenants)}: only their pods may tolerate its taint or select it"))
     return rules
+
+
 # Outside tenant namespaces (and the cluster's and platform's own, which the binding leaves out): no GPUs at all.
 GUARD_VALIDATIONS = [
     ("!variables.requestsGpu",
@@ -164,7 +171,8 @@ class TenantAdmission(pulumi.ComponentResource):
                 "failurePolicy": "Fail",
                 "matchConstraints": {"resourceRules": [{
                     "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                    "resources": ["pods"]}]},
+                    # Ephemeral containers are added through a subresource, checked as the pod it changes.
+                    "resources": ["pods", "pods/ephemeralcontainers"]}]},
                 **({"matchConditions": [{"name": "outside-reserved-namespaces",
                                          "expression": f"!request.namespace.startsWith('{args.exempt_prefix}')"}]}
                    if args.exempt_prefix else {}),

@@ -26,12 +26,19 @@ WORKLOAD_PRIORITIES = {labels.HIGH_PRIORITY_CLASS: 100000, labels.LOW_PRIORITY_C
 # Fair sharing on (Kueue reads `fairSharing` being set as on, pkg/scheduler/preemption/fairsharing/strategy.go): a
 # tenant above its share is preempted first; strategies as Kueue documents its defaults.
 FAIR_SHARING = {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
+# An admitted job whose pods are not all ready within this long is evicted (its quota freed) and requeued with
+# backoff: a job whose pods can never be created (refused by a tenant policy, an image that cannot be pulled)
+# holds no GPUs for longer. Five minutes is what the Red Hat build's operator fixes for `gangScheduling: ByWorkload`
+# (kueue-operator release-1.4, pkg/configmap/configmap.go buildWaitForPodsReady); the chart is given the same, so
+# both flavors behave alike (docs/tenancy.md: what it means for large images).
+PODS_READY_TIMEOUT = "5m"
 
 
 def configuration() -> dict[str, Any]:
     """Kueue's own configuration (config.kueue.x-k8s.io/v1beta2): the chart's defaults for probes, metrics, webhook
     and leader election; batch Jobs as the one integration; fair sharing; only GPUs counted against queues (CPU and
-    memory stay under each namespace's compute quota, `IgnoreUndeclared`, beta and on in v0.19)."""
+    memory stay under each namespace's compute quota, `IgnoreUndeclared`, beta and on in v0.19); an admitted job's
+    pods ready within PODS_READY_TIMEOUT or the job is evicted."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -42,6 +49,8 @@ def configuration() -> dict[str, Any]:
         "integrations": {"frameworks": ["batch/job"]},
         "fairSharing": FAIR_SHARING,
         "resources": {"quotaCheckStrategy": "IgnoreUndeclared"},
+        # Pods admitted in parallel (blockAdmission false): one slow job does not hold up the queue.
+        "waitForPodsReady": {"timeout": PODS_READY_TIMEOUT, "blockAdmission": False},
     }
 
 
@@ -52,7 +61,9 @@ def red_hat_configuration() -> dict[str, Any]:
     so Kueue blocks them: a tenant's ClusterQueue covers CPU and memory too (`TenantQueueArgs.compute`)."""
     return {"integrations": {"frameworks": ["BatchJob"]},
             "preemption": {"preemptionPolicy": "FairSharing"},
-            "workloadManagement": {"labelPolicy": "QueueName"}}
+            "workloadManagement": {"labelPolicy": "QueueName"},
+            # waitForPodsReady, timeout PODS_READY_TIMEOUT, admission not blocked (buildWaitForPodsReady).
+            "gangScheduling": {"policy": "ByWorkload", "byWorkload": {"admission": "Parallel"}}}
 
 
 # CEL on pods and batch Jobs in tenant namespaces (Kubernetes CEL, as the API server evaluates it).
@@ -63,6 +74,21 @@ QUEUE_VARIABLES = {
     "requestsGpu": VARIABLES["requestsGpu"],
     "jobLabels": "object.kind == 'Job' && has(object.metadata.labels) ? object.metadata.labels : {}",
     "tenantClass": VARIABLES["tenantClass"],
+    # A Job Kueue manages: labelled with a queue name, now or before this update.
+    "queued": f"object.kind == 'Job' && ('{labels.QUEUE_NAME_LABEL}' in variables.jobLabels"
+              f" || (request.operation == 'UPDATE' && has(oldObject.metadata.labels)"
+              f" && '{labels.QUEUE_NAME_LABEL}' in oldObject.metadata.labels))",
+    "byKueue": f"request.userInfo.username in {list(labels.KUEUE_CONTROLLERS)}",
+    # Controller owner references this request adds (all of them on CREATE).
+    "newControllers": "object.kind != 'Job' || !has(object.metadata.ownerReferences) ? []"
+                      " : object.metadata.ownerReferences.filter(o, has(o.controller) && o.controller"
+                      " && !(request.operation == 'UPDATE' && has(oldObject.metadata.ownerReferences)"
+                      " && oldObject.metadata.ownerReferences.exists(p, p.uid == o.uid)))",
+    "wasSuspended": "request.operation == 'UPDATE' && object.kind == 'Job' && has(oldObject.spec.suspend)"
+                    " && oldObject.spec.suspend",
+    "suspended": "object.kind == 'Job' && has(object.spec.suspend) && object.spec.suspend",
+    # The priority classes a tenant's queued Job may be ordered by: gpu-low, and its own tier.
+    "tiers": f"['{labels.LOW_PRIORITY_CLASS}', variables.tenantClass]",
 }
 QUEUE_VALIDATIONS = [
     (f"object.kind != 'Pod' || !variables.requestsGpu || request.userInfo.username == '{labels.JOB_CONTROLLER}'",
@@ -78,6 +104,37 @@ QUEUE_VALIDATIONS = [
      f" || variables.jobLabels['{labels.WORKLOAD_PRIORITY_LABEL}'] != '{labels.HIGH_PRIORITY_CLASS}'"
      f" || variables.tenantClass == '{labels.HIGH_PRIORITY_CLASS}'",
      f"this tenant may not use workload priority class {labels.HIGH_PRIORITY_CLASS}"),
+    # Kueue treats a Job whose controller is a queued Job as that Job's child: it neither suspends it nor gives it a
+    # Workload (jobframework/reconciler.go FindAncestorJobManagedByKueue: "same-namespace ownership spoofing is out of
+    # scope"). Only the CronJob controller sets a Job's controller here.
+    (f"size(variables.newControllers) == 0 || request.userInfo.username == '{labels.CRONJOB_CONTROLLER}'",
+     "a Job's controller owner is set by Kubernetes only (a CronJob's): a Job owned by another Job would run "
+     "outside the queue; submit it as a Job of its own"),
+    # Kueue's webhook suspends a queued Job when it is created (jobframework ApplyDefaultForSuspend); only Kueue
+    # resumes it, once it admitted its Workload, and only Kueue changes the parallelism of an unsuspended Job (a
+    # running Job's pods would start before Kueue suspends it again).
+    ("!variables.queued || request.operation != 'CREATE' || variables.suspended || variables.byKueue",
+     "a queued Job starts suspended (Kueue's webhook suspends it; is Kueue running?): Kueue resumes it when admitted"),
+    ("!variables.queued || !variables.wasSuspended || variables.suspended || variables.byKueue",
+     "only Kueue resumes a queued Job, when it admits it: leave spec.suspend to Kueue"),
+    ("!variables.queued || request.operation != 'UPDATE' || variables.byKueue"
+     " || (variables.wasSuspended && variables.suspended)"
+     " || (has(object.spec.parallelism) ? object.spec.parallelism : 1)"
+     " == (has(oldObject.spec.parallelism) ? oldObject.spec.parallelism : 1)",
+     "a queued Job's parallelism changes only while it is suspended: Kueue admitted it for the pods it asked for"),
+    # Kueue orders a Job by its workload priority class, else by its pod template's priority class
+    # (jobframework/reconciler.go ExtractPriority): either may name only the tenant's tiers.
+    (f"!variables.queued || !('{labels.WORKLOAD_PRIORITY_LABEL}' in variables.jobLabels)"
+     f" || variables.jobLabels['{labels.WORKLOAD_PRIORITY_LABEL}'] in variables.tiers",
+     f"a queued Job's workload priority class is {labels.LOW_PRIORITY_CLASS} or its tenant's tier"),
+    ("!variables.queued || !has(variables.podSpec.priorityClassName) || variables.podSpec.priorityClassName == ''"
+     " || variables.podSpec.priorityClassName in variables.tiers",
+     f"Kueue queues a Job at its pod template's priority class: here {labels.LOW_PRIORITY_CLASS} or the tenant's "
+     f"tier only (or label it {labels.WORKLOAD_PRIORITY_LABEL})"),
+    # A queue's flavors are GPU pools: Kueue would give a Job without GPUs a pool's toleration and node labels (on
+    # OpenShift, where queues cover CPU and memory too), and the tenant pod policy then refuses its pods.
+    (f"object.kind != 'Job' || !('{labels.QUEUE_NAME_LABEL}' in variables.jobLabels) || variables.requestsGpu",
+     f"the queue is for GPU Jobs: a Job without a {GPU} request runs without the label {labels.QUEUE_NAME_LABEL}"),
 ]
 
 

@@ -177,3 +177,10 @@ TENANT_QUEUE = "gpu"  # the LocalQueue of every tenant namespace
 QUEUE_POLICY_NAME = "gpu-platform-tenant-queue"  # the admission policy that keeps GPU work inside the queues
 # The identity kube-controller-manager's Job controller creates pods as (--use-service-account-credentials).
 JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
+# ... and the identity its CronJob controller creates Jobs as (owned by their CronJob).
+CRONJOB_CONTROLLER = "system:serviceaccount:kube-system:cronjob-controller"
+# The identities Kueue's controller manager works as: the chart's service account (release `kueue`, so fullname
+# `kueue`: charts/kueue/templates/rbac/service_account.yaml at v0.19.2), and the Red Hat build's (its operator's
+# bindata/assets/kueue-operator/serviceaccount.yaml, release-1.4). Tenants may not take either namespace.
+KUEUE_CONTROLLERS = (f"system:serviceaccount:{KUEUE_NAMESPACE}:kueue-controller-manager",
+                     f"system:serviceaccount:{KUEUE_OLM.namespace}:kueue-controller-manager")

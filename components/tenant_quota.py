@@ -28,12 +28,17 @@ TENANT_RULES = [
     {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": _WRITE},
     {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": _WRITE},
     {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": _WRITE},
-    {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": _WRITE},
-    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": _READ},
+    # Exposure beyond the cluster is the platform team's: Ingresses (any host, on either flavor) are read-only here,
+    # and the tenant objects policy keeps Services to ClusterIP.
+    {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses", "networkpolicies"], "verbs": _READ},
     {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": _READ},
     {"apiGroups": ["k8s.cni.cncf.io"], "resources": ["network-attachment-definitions"], "verbs": _READ},
     # Tenancy mode queue: why a job waits, or was preempted (its Workload), and its queue.
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"], "verbs": _READ},
+    # ... and its place in the queue: Kueue's visibility API lists a LocalQueue's pending workloads with their
+    # positions in it and in the ClusterQueue (apis/visibility/v1beta2 PendingWorkload; the chart's own
+    # pending-workloads-lq-viewer role grants the same). Cluster queues' listings, which show other tenants', are not.
+    {"apiGroups": ["visibility.kueue.x-k8s.io"], "resources": ["localqueues/pendingworkloads"], "verbs": ["get"]},
 ]
 
 
@@ -71,7 +76,9 @@ class TenantQuotaArgs:
     memory: str = "256Gi"
     pods: int = 200
     scrapers: tuple[str, ...] = ()  # namespaces whose Prometheus may reach the tenant's pods
-    pod_security: str = "baseline"
+    # Restricted: non-root, no privilege escalation, every capability dropped, the runtime's seccomp profile. GPU
+    # containers need none of those (docs/tenants.md); OpenShift's restricted-v2 SCC fills them in for tenant pods.
+    pod_security: str = "restricted"
     role: str = labels.TENANT_ROLE
     protect: bool = True  # the engine refuses to delete protected resources: removal takes `retired: true` first
     gpu_quota: bool = True  # a hard cap on GPUs; tenancy mode `queue` leaves it out (the tenant's queue governs)

@@ -32,6 +32,9 @@ from e2e.kube import Kube, wait_for
 WEBHOOK_GROUPS = {"kueue.x-k8s.io", "batch"}  # Kueue's kinds, and batch/job: the frameworks the platform enables
 METRICS_CERTS = "/etc/kueue/metrics/certs"
 CLUSTER_SCOPED = {"clusterqueues", "resourceflavors", "cohorts"}  # the kinds whose webhooks see no namespace
+# Stand-in: the five minutes both builds wait for an admitted job's pods, shortened (kwok's pods are ready within
+# seconds of being scheduled, well within this).
+PODS_READY_SECONDS = 30
 
 
 def module() -> Path:
@@ -95,18 +98,43 @@ def as_red_hat_operator_configures(instance: dict[str, Any]) -> dict[str, Any]:
         "manageJobsWithoutQueueName": config["workloadManagement"]["labelPolicy"] == "None",
         # FairSharing: the strategies the chart is given too (Kueue's documented defaults, buildFairSharing).
         **({"fairSharing": FAIR_SHARING} if config["preemption"]["preemptionPolicy"] == "FairSharing" else {}),
+        # gangScheduling ByWorkload: a fixed five minutes, admission blocked only if Sequential (buildWaitForPodsReady).
+        **({"waitForPodsReady": {"timeout": "5m", "blockAdmission": config["gangScheduling"]["byWorkload"][
+            "admission"] == "Sequential"}} if config.get("gangScheduling", {}).get("policy") == "ByWorkload" else {}),
     }
 
 
 def local_configuration(base: dict[str, Any], webhook_port: int, health_port: int, cert_dir: Path) -> dict[str, Any]:
-    """A configuration with only where Kueue serves changed (and the visibility server off)."""
-    return {**base,
+    """A configuration with only where Kueue serves changed (and the visibility server off), and the time an admitted
+    job's pods have to become ready shortened to PODS_READY_SECONDS so a scenario sees the eviction."""
+    ready = {"waitForPodsReady": {**base["waitForPodsReady"], "timeout": f"{PODS_READY_SECONDS}s"}} if \
+        "waitForPodsReady" in base else {}
+    return {**base, **ready,
             "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
             "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
             "metrics": {"bindAddress": "0"},
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": False},
             "featureGates": {"VisibilityOnDemand": False}}
+
+
+def as_kueue(plane: ControlPlane, admin: Kube, folder: Path, identity: str) -> Path:
+    """A kubeconfig by which Kueue works as its own service account (the admin impersonates it), so the API server
+    and the policies see Kueue's identity as in a cluster. Stand-in: that account is bound to cluster-admin here,
+    for the chart's (or the operator's) ClusterRole, which is not applied."""
+    namespace, account = identity.split(":")[2:]
+    admin.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                 "metadata": {"name": "kueue-stand-in"},
+                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                 "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]})
+    config = yaml.safe_load(plane.kubeconfig.read_text())
+    for user in config["users"]:
+        user["user"].update({"as": identity, "as-groups": [
+            "system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"]})
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
 
 
 def start(plane: ControlPlane, admin: Kube, red_hat_instance: dict[str, Any] | None = None) -> None:
@@ -121,11 +149,12 @@ def start(plane: ControlPlane, admin: Kube, red_hat_instance: dict[str, Any] | N
                 "status", {}).get("conditions", [])), f"CRD {crd['metadata']['name']} established", timeout=60)
     folder = plane.folder / "kueue"
     serving_certificate(plane.folder / "pki", folder / "certs")
+    kubeconfig = as_kueue(plane, admin, folder, labels.KUEUE_CONTROLLERS[1 if red_hat_instance else 0])
     webhook_port, health_port = free_port(), free_port()
     config = folder / "config.yaml"
     base = as_red_hat_operator_configures(red_hat_instance) if red_hat_instance else configuration()
     config.write_text(yaml.safe_dump(local_configuration(base, webhook_port, health_port, folder / "certs")))
-    plane.spawn("kueue", "--config", str(config), "--kubeconfig", str(plane.kubeconfig), wrapper=(
+    plane.spawn("kueue", "--config", str(config), "--kubeconfig", str(kubeconfig), wrapper=(
         "unshare", "--user", "--map-root-user", "--mount", "sh", "-c", f"mount -t tmpfs tmpfs /etc && mkdir -p "
         f"{METRICS_CERTS} && cp \"$0\"/tls.crt \"$0\"/tls.key {METRICS_CERTS} && exec \"$@\"", str(folder / "certs")))
     plane.wait_ready(f"http://127.0.0.1:{health_port}/readyz", lambda body: body.strip() == b"ok")

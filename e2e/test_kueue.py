@@ -25,17 +25,18 @@ import yaml
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from components import labels
+from components.admission import VALIDATIONS
 from components.kueue import QUEUE_VALIDATIONS
 from e2e import kueue
 from e2e.cluster import KWOK_STAGES, ControlPlane
 from e2e.conftest import Applied, apply_stack, object_key, prepare_cluster
 from e2e.kube import Kube, refusal, wait_for
 from e2e.stack import Stack
+from e2e.test_tenants import RESTRICTED_POD, container
 from stacks.config import parse_stack_config
 from tests.conftest import ROOT, render_stack
 
 GPU = labels.GPU_RESOURCE
-PAUSE = "registry.k8s.io/pause:3.10"
 WORKLOAD = ("kueue.x-k8s.io/v1beta2", "Workload")
 EXAMPLES = {"queue": "Pulumi.queue.yaml", "queue-openshift": "Pulumi.queue-openshift.yaml"}
 OPERATOR_INSTANCE = "Kueue/cluster"  # OpenShift: the Red Hat build's instance, for its operator (a stand-in here)
@@ -91,8 +92,8 @@ def gpu_job(name: str, gpus: int, *, priority: str | None = None, queue: bool = 
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "labels": job_labels},
             "spec": {"backoffLimit": 0, "template": {"spec": {
                 "restartPolicy": "Never", "nodeSelector": {labels.POOL_LABEL: pool},
-                "containers": [{"name": "main", "image": PAUSE,
-                                "resources": {"limits": {resource: str(gpus)}}}]}}}}
+                "securityContext": dict(RESTRICTED_POD),
+                "containers": [container(resources={"limits": {resource: str(gpus)}})]}}}}
 
 
 def submit(applied: Applied, tenant: str, job: dict[str, Any]) -> None:
@@ -245,10 +246,11 @@ def test_a_higher_priority_job_preempts_a_lower_one_inside_a_tenant(cluster: App
 @pytest.mark.parametrize("name, obj, rule", [
     ("a GPU job without a queue", gpu_job("unqueued", 1, queue=False), "'Job'"),
     ("a bare GPU pod", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare"}, "spec": {
-        "containers": [{"name": "main", "image": PAUSE, "resources": {"limits": {GPU: "1"}}}]}}, "'Pod'"),
+        "securityContext": RESTRICTED_POD, "containers": [container(resources={"limits": {GPU: "1"}})]}}, "'Pod'"),
 ])
 def test_gpu_work_outside_the_queue_is_refused(cluster: Applied, name: str, obj: dict[str, Any], rule: str) -> None:
-    [message] = [text for expression, text in QUEUE_VALIDATIONS if f"object.kind != {rule}" in expression]
+    [message] = [text for expression, text in QUEUE_VALIDATIONS
+                 if expression.startswith(f"object.kind != {rule} || !variables.requestsGpu")]
     text = refusal(lambda: submit(cluster, "analytics", obj))
     assert message in text
 
@@ -259,9 +261,110 @@ def test_a_low_priority_tenant_cannot_queue_at_high_priority(cluster: Applied) -
 
 
 def test_a_tenant_sees_why_its_job_waits_but_cannot_change_its_queue(cluster: Applied) -> None:
+    """Its Workloads and LocalQueue, and its place in the queue: the LocalQueue's pending workloads through Kueue's
+    visibility API (the access is what is tested: that API's server is off here, e2e/kueue.py)."""
     user = tenant_client(cluster, "analytics")
+    visibility = "visibility.kueue.x-k8s.io"
+    assert user.can("get", "localqueues", "analytics", visibility, subresource="pendingworkloads")
+    assert not user.can("get", "localqueues", "llm-training", visibility, subresource="pendingworkloads")
+    assert not user.can("get", "clusterqueues", "", visibility, subresource="pendingworkloads")
     assert user.can("list", "workloads", "analytics", group="kueue.x-k8s.io")
     assert user.can("get", "localqueues", "analytics", group="kueue.x-k8s.io")
     assert not user.can("update", "localqueues", "analytics", group="kueue.x-k8s.io")
     assert not user.can("update", "workloads", "analytics", group="kueue.x-k8s.io")
     assert not user.can("list", "workloads", "llm-training", group="kueue.x-k8s.io")
+
+
+def rule(part: str) -> str:
+    """The queue policy's message for the one rule whose CEL holds `part`."""
+    [text] = [text for expression, text in QUEUE_VALIDATIONS if part in expression]
+    return text
+
+
+def patch_job(applied: Applied, tenant: str, name: str, body: dict[str, Any]) -> None:
+    """A merge patch of the tenant's Job, as the tenant (what `kubectl patch --type merge` sends)."""
+    tenant_client(applied, tenant).resource("batch/v1", "Job").patch(
+        body=body, name=name, namespace=tenant, content_type="application/merge-patch+json")
+
+
+def job_pods(applied: Applied, tenant: str, job: str) -> list[dict[str, Any]]:
+    return [pod for pod in applied.admin.list("v1", "Pod", tenant)
+            if pod["metadata"].get("labels", {}).get("job-name") == job]
+
+
+def test_a_forged_child_of_an_admitted_job_is_refused(cluster: Applied) -> None:
+    """Kueue takes a Job whose controller is a queued Job for that Job's child: it would neither suspend it nor
+    give it a Workload, so its pods would hold GPUs no ClusterQueue counts. The tenant's forged child, asking for
+    a whole node with its own toleration and the pool's nodeSelector, is refused."""
+    submit(cluster, "analytics", gpu_job("parent", 1))
+    admitted(cluster, "analytics", "parent")
+    parent = cluster.admin.get("batch/v1", "Job", "parent", "analytics")
+    child = gpu_job("child", 4)
+    child["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "parent",
+                                             "uid": parent["metadata"]["uid"], "controller": True}]
+    child["spec"]["template"]["spec"]["tolerations"] = [dict(labels.GPU_TOLERATION)]
+    text = refusal(lambda: submit(cluster, "analytics", child))
+    assert rule("newControllers") in text
+    assert settles_at(cluster, "analytics", {"total": 1, "borrowed": 0})
+    assert cluster.admin.get("batch/v1", "Job", "child", "analytics") is None
+
+
+def test_a_running_job_cannot_grow_and_a_waiting_one_cannot_start_itself(cluster: Applied) -> None:
+    """Raising parallelism on an admitted Job would start pods before Kueue suspends it again; un-suspending a
+    Job that waits would start its pods before Kueue re-suspends it. Only Kueue does either."""
+    submit(cluster, "analytics", gpu_job("grow", 1))
+    admitted(cluster, "analytics", "grow")
+    text = refusal(lambda: patch_job(cluster, "analytics", "grow", {"spec": {"parallelism": 4}}))
+    assert rule("oldObject.spec.parallelism") in text
+    submit(cluster, "analytics", gpu_job("waits", 16))  # more than the cohort holds: never admitted
+    wait_for(lambda: workload(cluster, "analytics", "waits"), "analytics/waits queued", timeout=SETTLE_SECONDS)
+    text = refusal(lambda: patch_job(cluster, "analytics", "waits", {"spec": {"suspend": False}}))
+    assert rule("variables.wasSuspended || variables.suspended") in text
+    assert cluster.admin.get("batch/v1", "Job", "waits", "analytics")["spec"]["suspend"] is True
+    assert job_pods(cluster, "analytics", "waits") == [] and len(job_pods(cluster, "analytics", "grow")) == 1
+    patch_job(cluster, "analytics", "waits", {"spec": {"parallelism": 2}})  # while suspended: queued anew
+
+
+@pytest.mark.parametrize("priority_class", [labels.HIGH_PRIORITY_CLASS, "system-node-critical"])
+def test_a_job_is_not_queued_above_its_tenants_tier_through_its_template(cluster: Applied,
+                                                                         priority_class: str) -> None:
+    """Without a workload priority label Kueue orders a Job by its pod template's priority class
+    (ExtractPriority): a gpu-low tenant naming gpu-high or a system class there is refused."""
+    job = gpu_job("jump", 1)
+    job["spec"]["template"]["spec"]["priorityClassName"] = priority_class
+    text = refusal(lambda: submit(cluster, "analytics", job))
+    assert rule("variables.podSpec.priorityClassName in variables.tiers") in text
+    assert workload(cluster, "analytics", "jump") is None
+
+
+def test_a_cpu_job_stays_out_of_the_gpu_queue(cluster: Applied) -> None:
+    """The flavors are GPU pools: a queued Job without GPUs would be given a pool's toleration (on OpenShift, whose
+    queues cover CPU and memory) and its pods refused, holding CPU quota. It is refused, and runs unqueued."""
+    job = gpu_job("cpu", 0)
+    job["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    del job["spec"]["template"]["spec"]["nodeSelector"]
+    text = refusal(lambda: submit(cluster, "analytics", job))
+    assert rule("|| variables.requestsGpu") in text
+    del job["metadata"]["labels"][labels.QUEUE_NAME_LABEL]
+    submit(cluster, "analytics", job)
+    wait_for(lambda: [pod for pod in job_pods(cluster, "analytics", "cpu") if pod["status"].get("phase") in (
+        "Running", "Succeeded")], "analytics/cpu ran", timeout=SETTLE_SECONDS)
+
+
+def test_a_job_whose_pods_never_start_gives_its_gpus_back(cluster: Applied) -> None:
+    """waitForPodsReady: an admitted Job whose pods are all refused (here by the tenant pod policy) is evicted when
+    its pods are not ready in time, and its GPUs return to the queue (the timeout is shortened here,
+    e2e/kueue.py PODS_READY_SECONDS)."""
+    job = gpu_job("never", 2)
+    job["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    submit(cluster, "analytics", job)
+    wait_for(lambda: condition(workload(cluster, "analytics", "never"), "Admitted"), "analytics/never admitted",
+             timeout=SETTLE_SECONDS)
+    [pod_rule] = [text for expression, text in VALIDATIONS if "NVIDIA_VISIBLE_DEVICES" in expression
+                  and "ephemeral" not in expression]
+    wait_for(lambda: any(pod_rule in event["message"] for event in cluster.admin.list("v1", "Event", "analytics")
+                         if event["reason"] == "FailedCreate"), "analytics/never's pods refused", timeout=SETTLE_SECONDS)
+    evicted = wait_for(lambda: condition(workload(cluster, "analytics", "never"), "Evicted"),
+                       "analytics/never evicted", timeout=kueue.PODS_READY_SECONDS + SETTLE_SECONDS)
+    assert evicted["reason"] == "PodsReadyTimeout"
+    assert settles_at(cluster, "analytics", {"total": 0, "borrowed": 0})

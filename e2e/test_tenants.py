@@ -12,12 +12,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kubernetes.client import CoreV1Api
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from components import labels
 from components.admission import GUARD_VALIDATIONS, VALIDATIONS
 from components.tenant_network import DEFAULT_NETWORK_ANNOTATION, NETWORKS_ANNOTATION
 from components.tenant_network import VALIDATIONS as NETWORK_VALIDATIONS
+from components.tenant_objects import SECRET_VALIDATIONS, SERVICE_VALIDATIONS, TOKEN_SECRET
 from e2e.conftest import Applied
 from e2e.kube import Kube, refusal, wait_for
 
@@ -34,14 +36,26 @@ def message(rule_part: str, validations: list = VALIDATIONS) -> str:
     return text
 
 
+# Tenant namespaces enforce the restricted pod security standard: a pod runs as non-root with the runtime's seccomp
+# profile, each container without privilege escalation or capabilities. On OpenShift the restricted-v2 SCC fills
+# these in; here (no SCC admission) the tenant sets them, as on Kubernetes.
+RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def container(**fields: Any) -> dict:
+    """A pause container, as restricted pod security wants it."""
+    return {"name": "main", "image": PAUSE, "securityContext": dict(RESTRICTED_CONTAINER), **fields}
+
+
 def pod(name: str, *, gpus: int = 0, pool: dict[str, str] | None = None, tolerate: bool = False,
         resource: str = GPU, **spec: Any) -> dict:
     """A pause pod asking for `gpus` of `resource` (whole GPUs, shares or MIG slices); `pool` is the node selector of
     the pool it must land in."""
-    container: dict[str, Any] = {"name": "main", "image": PAUSE}
+    main = container()
     if gpus:
-        container["resources"] = {"limits": {resource: str(gpus)}}
-    body: dict[str, Any] = {"containers": [container], **spec}
+        main["resources"] = {"limits": {resource: str(gpus)}}
+    body: dict[str, Any] = {"containers": [main], "securityContext": dict(RESTRICTED_POD), **spec}
     if pool:
         body["nodeSelector"] = dict(pool)
     if tolerate or gpus:
@@ -59,7 +73,7 @@ def cluster(applied: Applied) -> Iterator[Applied]:
     yield applied
     for tenant in applied.stack.config.tenants:
         for api_version, kind in (("batch/v1", "CronJob"), ("batch/v1", "Job"), ("apps/v1", "Deployment"),
-                                  ("apps/v1", "ReplicaSet"), ("v1", "Pod")):
+                                  ("apps/v1", "ReplicaSet"), ("v1", "Pod"), ("v1", "Service")):
             for obj in applied.admin.list(api_version, kind, tenant.name):
                 try:
                     applied.admin.delete(api_version, kind, obj["metadata"]["name"], tenant.name)
@@ -118,8 +132,7 @@ def test_a_pod_over_quota_of_its_kind_is_refused_by_the_quota(cluster: Applied, 
     user = as_tenant(cluster, tenant)
     greedy = pod("greedy", gpus=tenant.grants[resource] + 1, resource=resource)
     if resource == SHARED_GPU:  # more than one share is refused per container: ask through many containers
-        greedy["spec"]["containers"] = [{"name": f"c{index}", "image": PAUSE,
-                                         "resources": {"limits": {resource: "1"}}}
+        greedy["spec"]["containers"] = [container(name=f"c{index}", resources={"limits": {resource: "1"}})
                                         for index in range(tenant.grants[resource] + 1)]
     text = refusal(lambda: user.create(in_namespace(greedy, tenant.name)))
     assert "exceeded quota: gpu-quota" in text and f"requests.{resource}" in text
@@ -207,10 +220,10 @@ def test_without_the_dedicated_toleration_the_owners_pod_stays_off_the_pool(clus
     ("tolerates every taint by an empty key", {"tolerations": [{"key": "", "operator": "Exists"}]},
      "toleratesGpuTaint"),
     ("tolerates the GPU taint asking for 0m GPUs", {"tolerate": True, "containers": [
-        {"name": "main", "image": PAUSE, "resources": {"limits": {GPU: "0m"}}}]}, "toleratesGpuTaint"),
+        container(resources={"limits": {GPU: "0m"}})]}, "toleratesGpuTaint"),
     ("names a GPU node", {"nodeName": "{gpu_node}"}, "namesNode"),
-    ("sets NVIDIA_VISIBLE_DEVICES", {"containers": [{"name": "main", "image": PAUSE, "env": [
-        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]}, "NVIDIA_VISIBLE_DEVICES"),
+    ("sets NVIDIA_VISIBLE_DEVICES", {"containers": [container(env=[
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])]}, "variables.containers.exists(c, has(c.env)"),
     ("asks for the nvidia runtime", {"runtimeClassName": "nvidia"}, "runtimeClassName"),
     ("asks for the nvidia-cdi runtime", {"runtimeClassName": "nvidia-cdi"}, "runtimeClassName"),
     ("asks for the nvidia-legacy runtime", {"runtimeClassName": "nvidia-legacy"}, "runtimeClassName"),
@@ -426,3 +439,93 @@ def test_on_openshift_only_admins_create_projects(cluster: Applied) -> None:
     binding = cluster.admin.get("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "self-provisioners")
     assert not binding.get("subjects")
     assert binding["metadata"]["annotations"]["rbac.authorization.kubernetes.io/autoupdate"] == "false"
+
+
+def test_a_tenant_cannot_mint_a_token_that_never_expires(cluster: Applied) -> None:
+    """The role lets tenants create Secrets; one of type service-account-token would be filled by the token
+    controller with a token of the service account it names that never expires. The tenant objects policy refuses
+    it (and the role grants no serviceaccounts/token)."""
+    tenant = cluster.stack.config.tenants[0]
+    body = {"apiVersion": "v1", "kind": "Secret", "type": TOKEN_SECRET, "metadata": {
+        "name": "forever", "namespace": tenant.name, "annotations": {"kubernetes.io/service-account.name": "default"}}}
+    text = refusal(lambda: as_tenant(cluster, tenant).create(body))
+    assert SECRET_VALIDATIONS[0][1] in text
+    assert cluster.admin.get("v1", "Secret", "forever", tenant.name) is None
+    as_tenant(cluster, tenant).create({"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {
+        "name": "own", "namespace": tenant.name}, "stringData": {"key": "value"}})
+    cluster.admin.delete("v1", "Secret", "own", tenant.name)
+
+
+def service(name: str, **spec: Any) -> dict:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+            "spec": {"selector": {"app": name}, "ports": [{"port": 443, "targetPort": 8443}], **spec}}
+
+
+@pytest.mark.parametrize("name, spec, rule", [
+    ("takes the API server's address", {"externalIPs": ["{api_server}"]}, 0),
+    ("opens a port on every node", {"type": "NodePort"}, 1),
+    ("asks for a load balancer", {"type": "LoadBalancer"}, 1),
+])
+def test_a_tenant_exposes_nothing_beyond_the_cluster(cluster: Applied, name: str, spec: dict, rule: int) -> None:
+    """externalIPs take over traffic to any address cluster-wide (CVE-2020-8554: here the API server's ClusterIP);
+    NodePort and LoadBalancer open the tenant's pods beyond the cluster. Refused on every flavor; a ClusterIP
+    Service is the tenant's."""
+    tenant = cluster.stack.config.tenants[0]
+    api_server = cluster.admin.get("v1", "Service", "kubernetes", "default")["spec"]["clusterIP"]
+    spec = {key: ([api_server] if value == ["{api_server}"] else value) for key, value in spec.items()}
+    user = as_tenant(cluster, tenant)
+    text = refusal(lambda: user.create(in_namespace(service("exposed", **spec), tenant.name)))
+    assert SERVICE_VALIDATIONS[rule][1] in text, name
+    user.create(in_namespace(service("inside"), tenant.name))
+
+
+def test_a_tenant_cannot_publish_an_ingress(cluster: Applied) -> None:
+    """An Ingress may claim any host on the cluster's ingress controller (OpenShift turns it into a Route):
+    publishing is the platform team's; tenants read their Ingresses only."""
+    tenant = cluster.stack.config.tenants[0]
+    ingress = {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+               "metadata": {"name": "hijack", "namespace": tenant.name},
+               "spec": {"rules": [{"host": "login.example.com", "http": {"paths": [{
+                   "path": "/", "pathType": "Prefix",
+                   "backend": {"service": {"name": "inside", "port": {"number": 443}}}}]}}]}}
+    user = as_tenant(cluster, tenant)
+    refusal(lambda: user.create(ingress))
+    assert user.can("list", "ingresses", tenant.name, "networking.k8s.io")
+    assert not user.can("create", "ingresses", tenant.name, "networking.k8s.io")
+
+
+def test_an_ephemeral_container_is_held_to_the_pod_rules(cluster: Applied) -> None:
+    """Ephemeral containers are added to a running pod through pods/ephemeralcontainers (tenants hold no right to
+    it; an admin debugging does): one asking the runtime for every GPU by environment is refused all the same."""
+    tenant = cluster.stack.config.tenants[0]
+    as_tenant(cluster, tenant).create(in_namespace(pod("web"), tenant.name))
+    live = running(cluster.admin, "web", tenant.name)
+    assert not as_tenant(cluster, tenant).can("update", "pods", tenant.name, subresource="ephemeralcontainers")
+    live["spec"]["ephemeralContainers"] = [{**container(name="debug"), "env": [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]
+    core = CoreV1Api(cluster.admin.api)
+    text = refusal(lambda: core.replace_namespaced_pod_ephemeralcontainers("web", tenant.name, live))
+    assert message("ephemeralContainers") in text
+    live["spec"]["ephemeralContainers"][0].pop("env")
+    core.replace_namespaced_pod_ephemeralcontainers("web", tenant.name, live)
+
+
+@pytest.mark.parametrize("name, change", [
+    ("runs as root", lambda body: body["spec"]["securityContext"].update(runAsUser=0, runAsNonRoot=False)),
+    ("may escalate privileges", lambda body: body["spec"]["containers"][0]["securityContext"].update(
+        allowPrivilegeEscalation=True)),
+    ("keeps its capabilities", lambda body: body["spec"]["containers"][0]["securityContext"].pop("capabilities")),
+    ("says nothing of its user", lambda body: body["spec"].pop("securityContext")),
+])
+def test_a_tenant_pod_runs_restricted(cluster: Applied, name: str, change: Any) -> None:
+    """Tenant namespaces enforce the restricted pod security standard; a GPU pod that runs as a non-root user
+    with no capabilities (all a GPU container needs: the device plugin mounts its devices) is placed on its pool."""
+    tenant = cluster.stack.config.tenants[0]
+    pool = cluster.stack.config.node_pools[0]
+    body = in_namespace(pod("root", gpus=1, pool=cluster.stack.pool_selector(pool.name)), tenant.name)
+    change(body)
+    text = refusal(lambda: as_tenant(cluster, tenant).create(body))
+    assert 'violates PodSecurity "restricted' in text, name
+    as_tenant(cluster, tenant).create(in_namespace(pod("train", gpus=1, pool=cluster.stack.pool_selector(pool.name)),
+                                                   tenant.name))
+    assert running(cluster.admin, "train", tenant.name)["spec"]["nodeName"] in gpu_nodes(cluster, pool.name)

@@ -28,8 +28,12 @@ PROJECT = "gpu-platform"
 # From 1.30: tenant pods are fenced by a ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in 1.30).
 SUPPORTED_KUBERNETES_VERSIONS = tuple(f"1.{minor}" for minor in range(30, 38))
 # Namespaces of the cluster itself and of the operators the platform installs (either flavor's); tenants take none.
+# Queue mode adds Kueue's (the chart's kueue-system; on OpenShift openshift-kueue-operator) and cert-manager's (the
+# cert-manager Operator's namespace, and cert-manager, which that operator creates for its operands).
+QUEUE_NAMESPACES = (labels.KUEUE_NAMESPACE, labels.CERT_MANAGER_OLM.namespace, "cert-manager")
 RESERVED_NAMESPACES = re.compile("|".join(["default", "kube-.*", "openshift.*", "gpu-system",
-                                           *map(re.escape, labels.SYSTEM_NAMESPACES)]))
+                                           *map(re.escape, (*labels.SYSTEM_NAMESPACES, *QUEUE_NAMESPACES))]))
+PLATFORM_LABEL_PREFIX = "gpu-platform.io/"  # the platform's own labels (tenant, priority class, pool, ...)
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 MAX_LABEL_VALUE = 63  # characters of a Kubernetes label value
 
@@ -92,8 +96,21 @@ def _dns_label(max_length: int):
 def _tenant_namespace(name: str) -> str:
     if RESERVED_NAMESPACES.fullmatch(name):
         raise ValueError(f"{name!r} is a system namespace (default, kube-*, openshift*, or an operator's: "
-                         f"{', '.join(labels.SYSTEM_NAMESPACES)}); choose a team name")
+                         f"{', '.join((*labels.SYSTEM_NAMESPACES, *QUEUE_NAMESPACES))}); choose a team name")
     return name
+
+
+def _trusted_namespace(name: str) -> str:
+    if name == "default":
+        raise ValueError("'default' is where anyone's pods land when they name no namespace: trusting it would let "
+                         "them take GPUs outside every quota; run the add-on in a namespace of its own")
+    return name
+
+
+def _rule_label(key: str) -> str:
+    if key in labels.MANAGED_BY or key.startswith(PLATFORM_LABEL_PREFIX):
+        raise ValueError(f"{key!r} is a label the platform sets and relies on; choose another key")
+    return key
 
 
 def _tenant_group(group: str) -> str:
@@ -174,7 +191,7 @@ class ClusterConfig(StrictModel):
     project_self_provisioning: StrictBool = Field(
         default=False, description="OpenShift: let every user create projects (namespaces outside the tenants' "
                                    "quotas); off by default on GPU clusters")
-    trusted_namespaces: tuple[Annotated[str, _dns_label(63)], ...] = Field(
+    trusted_namespaces: tuple[Annotated[str, _dns_label(63), AfterValidator(_trusted_namespace)], ...] = Field(
         default=(), description="namespaces of cluster add-ons whose node agents tolerate every taint (logging, "
                                 "security); the GPU guard leaves them out as it does kube-system")
 
@@ -756,7 +773,7 @@ class MonitoringConfig(StrictModel):
     """Whether the cluster runs the Prometheus Operator (built into OpenShift; optional on Kubernetes)."""
 
     prometheus_operator: StrictBool | None = Field(default=None, description="create ServiceMonitor and PrometheusRule")
-    rule_labels: dict[LabelKey, LabelValue] = Field(
+    rule_labels: dict[Annotated[LabelKey, AfterValidator(_rule_label)], LabelValue] = Field(
         default_factory=dict, description="labels the Prometheus that should load the alerts and scrape the exporter "
                                           "selects PrometheusRules and ServiceMonitors by (e.g. release: <name>)")
 
@@ -1086,6 +1103,8 @@ PATTERN_FIXES = {
 def _dotted(loc: tuple[Any, ...]) -> str:
     path = ""
     for part in loc:
+        if part == "[key]":  # pydantic's marker of a mapping's key, after the key itself
+            continue
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     return path
 

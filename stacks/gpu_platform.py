@@ -22,6 +22,7 @@ from components.node_pool import (AutoScalingPlacement, BringYourOwnPlacement, G
                                   InstanceRefresh, MachineSetPlacement, cluster_autoscaler, group_prefix)
 from components.node_profile import NodeTuning
 from components.tenant_network import TenantNetwork, network_admission_args
+from components.tenant_objects import TenantObjects, TenantObjectsArgs
 from components.tenant_quota import TenantQuota, TenantQuotaArgs, self_provisioning_off, tenant_role
 from fleet.kernels import KernelInventory
 from stacks.config import NodePoolConfig, StackConfig
@@ -108,6 +109,7 @@ class GpuPlatform(pulumi.ComponentResource):
              *cluster.trusted_namespaces), openshift), pulumi.ResourceOptions(parent=self))
         network_admission = TenantAdmission("tenant-network-admission", network_admission_args(),
                                             pulumi.ResourceOptions(parent=self))
+        objects = TenantObjects("tenant-objects", TenantObjectsArgs(), pulumi.ResourceOptions(parent=self))
         queued = config.tenancy.mode == "queue"
         # Queue mode: Kueue and its refusal of GPU work outside the queues, before any tenant namespace exists.
         kueue = Kueue("kueue", KueueArgs({name: pool.node_selector for name, pool in self.pools.items()},
@@ -128,7 +130,7 @@ class GpuPlatform(pulumi.ComponentResource):
                 protect=not tenant.retired, gpu_quota=not queued, kueue_managed=queued and openshift,
                 dedicated_pools=tuple(name for name, tenants in owners.items() if tenant.name in tenants),
             ), pulumi.ResourceOptions(parent=self, depends_on=[*priority_classes, role, admission, network_admission,
-                                                               *([kueue] if kueue else [])]))
+                                                               objects, *([kueue] if kueue else [])]))
             for tenant in tenants
         }
         shares = guarantees(config) if queued else {}

@@ -36,12 +36,14 @@ def _variables(values: Mapping[str, Any]) -> celpy.celtypes.MapType:
 
 def broken_rules(variables: Mapping[str, str], validations: Sequence[tuple[str, str]], obj: dict[str, Any], *,
                  namespace: str = "team", tenant_class: str = "", operation: str = "CREATE",
-                 user: str = "alice", namespace_labels: Mapping[str, str] | None = None) -> list[str]:
+                 user: str = "alice", old: dict[str, Any] | None = None,
+                 namespace_labels: Mapping[str, str] | None = None) -> list[str]:
     """The messages of the validations `obj` breaks in `namespace` (a tenant of `tenant_class`, with
-    `namespace_labels` besides), sent by `user`."""
+    `namespace_labels` besides), sent by `user` (an UPDATE of `old`)."""
     labels = {**({"gpu-platform.io/priority-class": tenant_class} if tenant_class else {}), **(namespace_labels or {})}
     activation: dict[str, Any] = {
         "object": celpy.json_to_cel(obj),
+        "oldObject": celpy.json_to_cel(old),
         "request": celpy.json_to_cel({"operation": operation, "namespace": namespace,
                                        "userInfo": {"username": user}}),
         "namespaceObject": celpy.json_to_cel({"metadata": {"name": namespace, "labels": labels}}),

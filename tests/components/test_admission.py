@@ -103,6 +103,22 @@ def test_abusive_pods_are_rejected(pod, tenant_class, reason) -> None:
     assert any(reason in message for message in broken), broken
 
 
+def test_an_ephemeral_container_is_held_to_the_pod_rules() -> None:
+    """An ephemeral container added to a running CPU pod (pods/ephemeralcontainers, which the policy matches) may
+    not ask the runtime for devices by environment; one without it may be added."""
+    debug = {"name": "debug", "image": "busybox:1.36"}
+    added = variant(variant(CPU_POD, nodeName="cpu-0"), ephemeralContainers=[
+        {**debug, "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}])
+    assert any("in ephemeral containers too" in message for message in admit(added, operation="UPDATE"))
+    assert admit(variant(variant(CPU_POD, nodeName="cpu-0"), ephemeralContainers=[debug]), operation="UPDATE") == []
+
+
+def test_the_policies_match_ephemeral_containers(dev_plan: Plan) -> None:
+    for name in (POLICY_NAME, GUARD_POLICY_NAME):
+        rules = dev_plan.manifest("ValidatingAdmissionPolicy", name)["spec"]["matchConstraints"]["resourceRules"]
+        assert rules[0]["resources"] == ["pods", "pods/ephemeralcontainers"]
+
+
 def test_a_scheduled_pod_can_still_be_updated() -> None:
     """Once the scheduler has bound a pod its nodeName is set: an update (a label, a finalizer) is not refused."""
     assert admit(variant(GPU_POD, nodeName="gpu-node-0"), operation="UPDATE") == []

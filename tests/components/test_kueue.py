@@ -34,8 +34,22 @@ def job(job_labels: dict[str, str] | None = None, gpus: bool = True) -> dict[str
             "spec": {"template": {"spec": pod(gpus)["spec"]}}}
 
 
-def admit(obj: dict[str, Any], *, user: str = "alice", tenant_class: str = labels.LOW_PRIORITY_CLASS) -> list[str]:
-    return broken_rules(QUEUE_VARIABLES, QUEUE_VALIDATIONS, obj, user=user, tenant_class=tenant_class)
+def admit(obj: dict[str, Any], *, user: str = "alice", tenant_class: str = labels.LOW_PRIORITY_CLASS,
+          old: dict[str, Any] | None = None) -> list[str]:
+    return broken_rules(QUEUE_VARIABLES, QUEUE_VALIDATIONS, obj, user=user, tenant_class=tenant_class,
+                        operation="UPDATE" if old else "CREATE", old=old)
+
+
+def changed(base: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    """`base` with these keys of its Job spec set."""
+    obj = copy.deepcopy(base)
+    obj["spec"].update(spec)
+    return obj
+
+
+def suspended(obj: dict[str, Any]) -> dict[str, Any]:
+    """A Job as Kueue's webhook leaves it on creation (suspended), with the parallelism the API server defaults."""
+    return changed(obj, suspend=True, parallelism=obj["spec"].get("parallelism", 1))
 
 
 QUEUED = {labels.QUEUE_NAME_LABEL: labels.TENANT_QUEUE}
@@ -53,21 +67,85 @@ def test_gpu_pods_of_jobs_kueue_admitted_and_cpu_pods_pass() -> None:
 
 @pytest.mark.parametrize("job_labels", [None, {}, {labels.QUEUE_NAME_LABEL: "other"}])
 def test_a_gpu_job_outside_the_tenant_queue_is_refused(job_labels: dict[str, str] | None) -> None:
-    [message] = admit(job(job_labels))
+    [message] = admit(suspended(job(job_labels)))
     assert f"{labels.QUEUE_NAME_LABEL}: {labels.TENANT_QUEUE}" in message
 
 
 def test_a_queued_gpu_job_and_a_cpu_job_pass() -> None:
-    assert admit(job(QUEUED)) == []
+    assert admit(suspended(job(QUEUED))) == []
     assert admit(job(None, gpus=False)) == []
 
 
 def test_only_a_high_priority_tenant_may_name_the_high_workload_priority() -> None:
-    high = job({**QUEUED, labels.WORKLOAD_PRIORITY_LABEL: labels.HIGH_PRIORITY_CLASS})
-    [message] = admit(high)
-    assert labels.HIGH_PRIORITY_CLASS in message
+    high = suspended(job({**QUEUED, labels.WORKLOAD_PRIORITY_LABEL: labels.HIGH_PRIORITY_CLASS}))
+    assert any(labels.HIGH_PRIORITY_CLASS in message for message in admit(high))
     assert admit(high, tenant_class=labels.HIGH_PRIORITY_CLASS) == []
-    assert admit(job({**QUEUED, labels.WORKLOAD_PRIORITY_LABEL: labels.LOW_PRIORITY_CLASS})) == []
+    assert admit(suspended(job({**QUEUED, labels.WORKLOAD_PRIORITY_LABEL: labels.LOW_PRIORITY_CLASS}))) == []
+
+
+def owned(obj: dict[str, Any], uid: str = "1234", controller: bool = True) -> dict[str, Any]:
+    obj = copy.deepcopy(obj)
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "parent", "uid": uid,
+                                           "controller": controller}]
+    return obj
+
+
+def test_a_job_owned_by_a_queued_job_is_refused() -> None:
+    """Kueue takes a Job controlled by a queued Job for its child, and neither suspends it nor queues it."""
+    for child in (suspended(job(QUEUED)), job(QUEUED), job(None, gpus=False)):
+        assert any("controller owner is set by Kubernetes only" in message for message in admit(owned(child)))
+    assert admit(owned(job(None, gpus=False), controller=False)) == []  # not a controller: Kueue does not look
+    parent = suspended(job(QUEUED))
+    assert any("controller owner" in message for message in admit(owned(parent), old=parent))
+
+
+def test_the_cronjob_controller_sets_a_jobs_controller_and_owners_stay() -> None:
+    cron = owned(suspended(job(QUEUED)))
+    cron["metadata"]["ownerReferences"][0]["kind"] = "CronJob"
+    assert admit(cron, user=labels.CRONJOB_CONTROLLER) == []
+    assert admit(changed(cron, suspend=True), old=cron) == []  # an update keeping its owner
+    orphaned = copy.deepcopy(cron)
+    del orphaned["metadata"]["ownerReferences"]
+    assert admit(orphaned, old=cron, user="system:serviceaccount:kube-system:generic-garbage-collector") == []
+
+
+@pytest.mark.parametrize("kueue", labels.KUEUE_CONTROLLERS)
+def test_only_kueue_resumes_a_queued_job_or_changes_a_running_ones_parallelism(kueue: str) -> None:
+    pending = suspended(job(QUEUED))
+    resumed = changed(pending, suspend=False)
+    [message] = admit(resumed, old=pending)
+    assert "only Kueue resumes" in message
+    assert admit(resumed, old=pending, user=kueue) == []
+    [message] = admit(changed(resumed, parallelism=8), old=resumed)
+    assert "parallelism changes only while it is suspended" in message
+    assert admit(changed(resumed, parallelism=8), old=resumed, user=kueue) == []
+    assert admit(changed(pending, parallelism=8), old=pending) == []  # suspended: Kueue queues it anew
+    assert admit(changed(resumed, suspend=True), old=resumed) == []  # a tenant may stop its job
+    [message] = admit(resumed)
+    assert "starts suspended" in message
+
+
+@pytest.mark.parametrize("template_class, label, tenant_class, refused", [
+    ("gpu-high", None, "gpu-low", True),
+    ("system-node-critical", None, "gpu-high", True),
+    ("cluster-critical-batch", None, "gpu-high", True),
+    (None, "urgent", "gpu-high", True),
+    ("gpu-high", None, "gpu-high", False),
+    ("gpu-low", None, "gpu-high", False),
+    ("gpu-low", "gpu-low", "gpu-low", False),
+])
+def test_a_queued_job_is_ordered_at_most_at_its_tenants_tier(template_class: str | None, label: str | None,
+                                                              tenant_class: str, refused: bool) -> None:
+    """Without a workload priority label Kueue takes the pod template's priority class (ExtractPriority)."""
+    queued = suspended(job({**QUEUED, **({labels.WORKLOAD_PRIORITY_LABEL: label} if label else {})}))
+    if template_class:
+        queued["spec"]["template"]["spec"]["priorityClassName"] = template_class
+    assert bool(admit(queued, tenant_class=tenant_class)) == refused
+
+
+def test_a_queued_job_without_gpus_is_refused() -> None:
+    [message] = admit(suspended(job(QUEUED, gpus=False)))
+    assert "the queue is for GPU Jobs" in message
 
 
 def test_cluster_queue_caps_lending_at_the_guarantee_and_leaves_unset_limits_out() -> None:
@@ -158,3 +236,10 @@ def test_openshift_with_the_clusters_cert_manager_installs_only_the_kueue_operat
     assert [s["metadata"]["name"] for s in plan.kind("Subscription") if "kueue" in s["metadata"]["name"]
             or "cert-manager" in s["metadata"]["name"]] == [labels.KUEUE_OLM.package]
     assert not [n for n in plan.kind("Namespace") if n["metadata"]["name"] == labels.CERT_MANAGER_OLM.namespace]
+
+
+def test_both_builds_evict_a_job_whose_pods_are_not_ready_in_time() -> None:
+    """The chart's configuration sets waitForPodsReady; the Red Hat build's operator sets it (timeout fixed at five
+    minutes, admission not blocked) from gangScheduling ByWorkload with Parallel admission."""
+    assert configuration()["waitForPodsReady"] == {"timeout": "5m", "blockAdmission": False}
+    assert red_hat_configuration()["gangScheduling"] == {"policy": "ByWorkload", "byWorkload": {"admission": "Parallel"}}

@@ -45,7 +45,7 @@ def test_tenant_namespace_enforces_pod_security(dev_plan, prod_plan, stack: str,
     namespace = plan_of(stack, dev_plan, prod_plan).manifest("Namespace", name)
     labels = namespace["metadata"]["labels"]
 
-    assert labels["pod-security.kubernetes.io/enforce"] in ("baseline", "restricted")
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
     assert labels["pod-security.kubernetes.io/warn"] == "restricted"
     assert labels["gpu-platform.io/tenant"] == name
 

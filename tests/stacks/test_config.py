@@ -6,17 +6,21 @@ from collections.abc import Callable, Iterator
 from typing import Any, get_args
 
 import pytest
+import yaml
 
 from fleet.kernels import KernelTarget
 from stacks.config import ConfigError, StackConfig, config_from_stack_file, parse_stack_config
-from tests.conftest import config_values, stack_config
+from tests.conftest import ROOT, config_values, stack_config
 
 Values = dict[str, Any]
 
 
 def config_error(mutate: Callable[[Values], Any], stack: str = "dev") -> str:
-    """Apply `mutate` to a shipped stack's config and return the ConfigError it causes, checked to be one line."""
-    values = config_values(stack)
+    """Apply `mutate` to a shipped stack's (or an example's, examples/Pulumi.<stack>.yaml) config and return the
+    ConfigError it causes, checked to be one line."""
+    example = ROOT / "examples" / f"Pulumi.{stack}.yaml"
+    values = ({key.removeprefix("gpu-platform:"): value for key, value in yaml.safe_load(example.read_text())[
+        "config"].items()} if example.exists() else config_values(stack))
     mutate(values)
     with pytest.raises(ConfigError) as caught:
         parse_stack_config(values)
@@ -197,10 +201,15 @@ def test_names_must_be_dns_1123_labels(path: tuple, bad: str) -> None:
     assert "DNS-1123" in message
 
 
+@pytest.mark.parametrize("stack", ["prod", "dev", "queue", "queue-openshift"])
 @pytest.mark.parametrize("namespace", ["default", "kube-system", "openshift-monitoring", "gpu-operator",
-                                       "nvidia-gpu-operator", "node-feature-discovery", "openshift-nfd"])
-def test_tenant_cannot_take_a_system_or_operator_namespace(namespace: str) -> None:
-    message = config_error(lambda v: v["tenants"][0].update(name=namespace), "prod")
+                                       "nvidia-gpu-operator", "node-feature-discovery", "openshift-nfd",
+                                       "kueue-system", "openshift-kueue-operator", "cert-manager",
+                                       "cert-manager-operator"])
+def test_tenant_cannot_take_a_system_or_operator_namespace(namespace: str, stack: str) -> None:
+    """In either flavor and mode: a tenant of that name would be a second Namespace resource, or put the tenant's
+    role into an operator's namespace."""
+    message = config_error(lambda v: v["tenants"][0].update(name=namespace), stack)
 
     assert message.startswith(f"gpu-platform:tenants[0].name: {namespace!r} is a system namespace"), message
     assert message.endswith("choose a team name")
@@ -961,6 +970,8 @@ def test_a_missing_list_or_mapping_says_what_to_write(mutate: Callable[[Values],
      "gpu-platform:cluster: projectSelfProvisioning applies to OpenShift"),
     ("dev", lambda v: v["cluster"].update(trustedNamespaces=["vision"]),
      "gpu-platform:tenants[0].name: 'vision' is in cluster.trustedNamespaces"),
+    ("prod", lambda v: v["cluster"].update(trustedNamespaces=["logging", "default"]),
+     "gpu-platform:cluster.trustedNamespaces[1]: 'default' is where anyone's pods land"),
 ])
 def test_guard_settings_that_cannot_hold(stack: str, mutate: Callable[[Values], Any], expected: str) -> None:
     assert expected in config_error(mutate, stack)
@@ -972,6 +983,13 @@ def test_guard_settings_that_cannot_hold(stack: str, mutate: Callable[[Values], 
 ])
 def test_prometheus_selector_labels_are_label_keys_and_values(labels_: dict, expected: str) -> None:
     assert expected in config_error(lambda v: v.setdefault("monitoring", {}).update(ruleLabels=labels_), "prod")
+
+
+@pytest.mark.parametrize("key", ["app.kubernetes.io/managed-by", "gpu-platform.io/tenant"])
+def test_rule_labels_cannot_overwrite_the_platforms_labels(key: str) -> None:
+    message = config_error(lambda v: v.setdefault("monitoring", {}).update(ruleLabels={key: "x"}), "prod")
+    assert message == (f"gpu-platform:monitoring.ruleLabels.{key}: {key!r} is a label the platform sets and relies "
+                       "on; choose another key"), message
 
 
 @pytest.mark.parametrize(("stack", "mutate", "expected"), [
