@@ -297,7 +297,7 @@ def test_a_head_rendered_in_parts_previews_as_one_render(tmp_path, base_plan_cac
     repo = committed_project(tmp_path / "repo", {"many": document})
     tenants = document["config"]["gpu-platform:tenants"]
     del tenants[5]
-    tenants[7]["gpus"] = 2
+    tenants[7]["gpuShares"] = 2
     tenants.append({"name": "newcomer", "gpus": 0, "queue": {"pools": ["dgx-a100"]}})
     for pool in document["config"]["gpu-platform:nodePools"]:
         pool["kernel"] = "5.15.0-130-generic"

@@ -82,7 +82,8 @@ def test_json_steps_carry_old_and_new_values_and_the_summary_is_data(time_slicin
     assert "replicas: 4" in step["old"]["data"]["t4-inference"] and "replicas: 8" in step["new"]["data"]["t4-inference"]
     [change] = [c for c in step["detailedDiff"] if c["path"] == "data.t4-inference"]
     assert "replicas: 8" in change["new"]
-    assert document["summary"]["capacity"]["kinds_after"] == {"nvidia.com/gpu.shared": [8, 16]}
+    assert json.loads(json.dumps(document["summary"]["capacity"]["kinds_after"])) == {
+        "nvidia.com/gpu.shared": [8, 16]}
     json.dumps(document)
 
 
