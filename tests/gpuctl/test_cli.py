@@ -259,10 +259,10 @@ def fifo(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("option", ["--registry-pull-secret-file", "--observed-nodes", "--config-file",
                                     "--policy-config"])
-@pytest.mark.parametrize("kind", ["named pipe", "device"])
+@pytest.mark.parametrize("kind", ["named pipe", "device", "folder"])
 def test_a_special_file_is_refused_before_it_is_read(tmp_path: Path, fifo: Path, option: str, kind: str,
                                                      rendered: Path) -> None:
-    path = str(fifo) if kind == "named pipe" else "/dev/zero"
+    path = {"named pipe": str(fifo), "device": "/dev/zero", "folder": str(tmp_path)}[kind]
     if option == "--policy-config":
         args = ["check", str(rendered), option, path]
     elif option == "--config-file":
@@ -274,8 +274,20 @@ def test_a_special_file_is_refused_before_it_is_read(tmp_path: Path, fifo: Path,
                             timeout=60)
 
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-    assert f"is a {kind}, not a regular file" in result.stderr or "is not a regular file" in result.stderr
+    assert f"is a {kind}, not a" in result.stderr or "is not a regular file" in result.stderr
     assert "Error" not in result.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["check", "diff"])
+def test_a_folder_named_plan_json_is_one_line_naming_it(tmp_path: Path, rendered: Path, command: str) -> None:
+    (tmp_path / "plan.json").mkdir()
+    args = [str(tmp_path)] if command == "check" else [str(rendered), str(tmp_path)]
+
+    result = subprocess.run([sys.executable, "-m", "gpuctl", command, *args], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"error: {tmp_path / 'plan.json'}: is a folder, not a regular file; render one")
 
 
 def test_a_deeply_nested_pull_secret_is_one_line(tmp_path: Path) -> None:
