@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import io
 import json
@@ -10,11 +11,10 @@ import os
 import subprocess
 import sys
 import tarfile
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpuctl import basecache, check, report, summary
+from gpuctl import basecache, check, report, scratch, summary
 from gpuctl import diff as plan_diff
 from gpuctl.children import Child, wait_all
 from gpuctl.cli import (BAD_INPUT, OK, ROOT, VIOLATION, add_format_arguments, add_stack_arguments, console,
@@ -62,8 +62,7 @@ def render_both(args: argparse.Namespace, head: StackFile,
     entry = None if args.no_cache else basecache.key(_git("ls-tree", commit), args.stack, observed_json)
     old = basecache.read(entry) if entry else None
     online = not args.offline
-    with tempfile.TemporaryDirectory(prefix="gpuctl-base-") as scratch:
-        work = Path(scratch)
+    with scratch.folder("gpuctl-base-") as work:
         base: list[Child] = []
         parts: list[Child] = []
         try:
@@ -115,7 +114,10 @@ def _start_base(args: argparse.Namespace, work: Path) -> Child:
 
 def _base_plan(child: Child, ref: str, work: Path, entry: str | None) -> dict[str, Any]:
     if child.returncode != 0:
-        reason = ((work / "base.stderr").read_text(errors="replace").strip().splitlines() or ["it failed"])[-1]
+        said = (work / "base.stderr").read_text(errors="replace")
+        if scratch.full(said):  # the scratch folder, not the base revision, is at fault
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        reason = (said.strip().splitlines() or ["it failed"])[-1]
         raise ConfigError(f"--base {ref}: the stack does not render there: {reason}")
     # A plan whose secrets carry this run's fingerprints is not kept: another run's key would show them changed.
     if entry and FINGERPRINTED not in (work / "plan" / "plan.json").read_text(errors="replace"):
@@ -264,9 +266,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--base: empty; pass a branch, tag or commit, or leave --base out to preview a new "
                           "deployment")
     head = stack_file(args)
-    with tempfile.TemporaryDirectory(prefix="gpuctl-nodes-") as scratch:
+    with scratch.folder("gpuctl-nodes-") as nodes:
         if args.base and not args.offline and args.observed_nodes is None:
-            args.observed_nodes = _live_nodes(head, Path(scratch) / "nodes.json")
+            args.observed_nodes = _live_nodes(head, nodes / "nodes.json")
         return _preview(args, head)
 
 
@@ -310,7 +312,11 @@ def _preview(args: argparse.Namespace, head: StackFile) -> int:
         violations, len(new["resources"]), checked, kept_note(new), new_driver_images(old, new),
         policies=check.policies_run(policy_config))
     if args.json_file:
-        Path(args.json_file).write_text(json.dumps(report.to_json(review), indent=2) + "\n")
+        try:
+            Path(args.json_file).write_text(json.dumps(report.to_json(review), indent=2) + "\n")
+        except OSError as error:
+            raise ConfigError(f"--json-file {args.json_file}: {error.strerror or 'cannot be written'}; pass a file "
+                              "in a writable place with room") from None
     if output_format == "json":
         print(json.dumps(report.to_json(review), indent=2))
     elif output_format == "markdown":
