@@ -40,7 +40,7 @@ def repo(tmp_path_factory) -> Path:
 
 def preview(repo: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gpuctl", "preview", *args], cwd=repo, capture_output=True,
-                          text=True)
+                          text=True, timeout=600)
 
 
 def stack_editor(repo: Path, stack: str) -> Iterator[Callable[[str, str], Path]]:
@@ -256,10 +256,17 @@ def test_the_output_is_the_same_with_and_without_the_cache_and_concurrency(edit_
     (entry,) = base_plan_cache.glob("*.json")
     entry.write_bytes(entry.read_bytes()[:-100])  # a truncated entry is not trusted, and is written again
     corrupted = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline")
-
-    for run in (cold, warm, corrupted):
-        assert (run.returncode, run.stdout, run.stderr) == (serial.returncode, serial.stdout, serial.stderr)
     assert len(entry.read_bytes()) > 100 and json.loads(entry.read_bytes().split(b"\n", 1)[1])["stack"] == "prod"
+    entry.unlink()
+    os.mkfifo(entry)  # read, it would block the preview for good
+    pipe = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline")
+    entry.unlink()
+    entry.symlink_to("/dev/zero")  # read, it would fill memory
+    zeros = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline")
+
+    for run in (cold, warm, corrupted, pipe, zeros):
+        assert (run.returncode, run.stdout, run.stderr) == (serial.returncode, serial.stdout, serial.stderr)
+    assert entry.is_file() and not entry.is_symlink(), "the entry is written again"
 
 
 def many_tenants() -> dict:
