@@ -42,10 +42,11 @@ def folder() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuctl" / "base-plans"
 
 
-def key(tree_entries: str, stack: str, observed: bytes | None) -> str:
+def key(tree_entries: str, stack: str, observed: bytes | None, stack_file: str | None = None) -> str:
     """The entry's key: the base tree's entries a render reads (git object ids: content hashes, so the stack file,
-    the code and the lock file are all in them), the stack, the node inventory, and what this interpreter brings
-    (its version and every installed distribution: the base renders with this environment's packages)."""
+    the code and the lock file are all in them), the stack and its file's path (`--config-file`), the node
+    inventory, and what this interpreter brings (its version and every installed distribution: the base renders
+    with this environment's packages)."""
     digest = hashlib.sha256(FORMAT.encode())
     for line in sorted(tree_entries.splitlines()):
         name = line.split("\t", 1)[-1]
@@ -53,7 +54,7 @@ def key(tree_entries: str, stack: str, observed: bytes | None) -> str:
                                                       and name not in ("Pulumi.yaml", f"Pulumi.{stack}.yaml")):
             continue
         digest.update(line.encode() + b"\n")
-    digest.update(f"\0stack={stack}\0python={sys.version}\0".encode())
+    digest.update(f"\0stack={stack}\0file={stack_file}\0python={sys.version}\0".encode())
     digest.update(hashlib.sha256(observed).digest() if observed is not None else b"no inventory")
     digest.update(hashlib.sha256(os.environ.get(PULL_SECRET_ENV, "").strip().encode()).digest())
     for name, version in sorted({(dist.metadata["Name"] or "", dist.version) for dist in metadata.distributions()}):

@@ -59,7 +59,8 @@ def render_both(args: argparse.Namespace, head: StackFile,
     """
     commit = resolve(args.base)
     observed_json = Path(args.observed_nodes).read_bytes() if args.observed_nodes else None
-    entry = None if args.no_cache else basecache.key(_git("ls-tree", commit), args.stack, observed_json)
+    entry = None if args.no_cache else basecache.key(_git("ls-tree", commit), args.stack, observed_json,
+                                                     args.stack_path)
     old = basecache.read(entry) if entry else None
     online = not args.offline
     with scratch.folder("gpuctl-base-") as work:
@@ -69,9 +70,9 @@ def render_both(args: argparse.Namespace, head: StackFile,
             previous = base_kernels(old) if old is not None else None
             if old is None:
                 _extract(commit, work / "tree")
-                if stack_file_path(work / "tree", args.stack).is_file():
+                if args.stack_path and (work / "tree" / args.stack_path).is_file():
                     base.append(_start_base(args, work))
-                    previous = _declared_kernels(work / "tree", args.stack, observed)
+                    previous = _declared_kernels(work / "tree" / args.stack_path, args.stack, observed)
                 else:
                     old, previous = empty_plan(args.stack), []
             if args.jobs > 1 and previous is not None:
@@ -103,8 +104,8 @@ def head_parts(head: StackFile, processes: int) -> int:
 
 def _start_base(args: argparse.Namespace, work: Path) -> Child:
     """`gpuctl render` of the base revision, as that revision's gpuctl does it, into work/plan."""
-    command = [sys.executable, "-m", "gpuctl", "render", "--stack", args.stack, "--out", str(work / "plan"),
-               "--offline"]
+    source = ["--config-file", str(work / "tree" / args.stack_path)] if args.config_file else ["--stack", args.stack]
+    command = [sys.executable, "-m", "gpuctl", "render", *source, "--out", str(work / "plan"), "--offline"]
     if args.observed_nodes:
         command += ["--observed-nodes", str(Path(args.observed_nodes).resolve())]
     if args.registry_pull_secret_file:  # the head's pull secret, so both routes give the same plan
@@ -126,11 +127,11 @@ def _base_plan(child: Child, ref: str, work: Path, entry: str | None) -> dict[st
         return json.load(plan)
 
 
-def _declared_kernels(tree: Path, stack: str, observed: list[ObservedNode] | None) -> list[KernelTarget] | None:
-    """The kernels the base's plan will most likely list (what its stack file declares and the nodes run), read
-    with this revision's code; None when this code cannot read that stack file."""
+def _declared_kernels(path: Path, stack: str, observed: list[ObservedNode] | None) -> list[KernelTarget] | None:
+    """The kernels the base's plan will most likely list (what its stack file at `path` declares and the nodes
+    run), read with this revision's code; None when this code cannot read that stack file."""
     try:
-        values = load_stack_file(stack_file_path(tree, stack), stack).config
+        values = load_stack_file(path, stack).config
         config = config_from_stack_file(values)
     except ConfigError:
         return None
@@ -266,10 +267,30 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--base: empty; pass a branch, tag or commit, or leave --base out to preview a new "
                           "deployment")
     head = stack_file(args)
+    args.stack, args.stack_path = head.stack, _stack_path(args)
     with scratch.folder("gpuctl-nodes-") as nodes:
         if args.base and not args.offline and args.observed_nodes is None:
             args.observed_nodes = _live_nodes(head, nodes / "nodes.json")
         return _preview(args, head)
+
+
+def _stack_path(args: argparse.Namespace) -> str | None:
+    """The stack file's path in the checkout, the same at every revision; None for a file outside it."""
+    if not args.config_file:
+        return stack_file_path(Path(), args.stack).as_posix()
+    try:
+        return Path(args.config_file).resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return None
+
+
+def _new_at(args: argparse.Namespace) -> str | None:
+    """The stack file's path when `--base` does not hold it (the stack is new there), else None."""
+    if args.stack_path is None:
+        return args.config_file
+    found = subprocess.run(["git", "cat-file", "-e", f"{resolve(args.base)}:{args.stack_path}"], cwd=ROOT,
+                           capture_output=True)
+    return None if found.returncode == 0 else args.stack_path
 
 
 def _live_nodes(head: StackFile, path: Path) -> str | None:
@@ -310,7 +331,8 @@ def _preview(args: argparse.Namespace, head: StackFile) -> int:
         args.stack, args.base, changes,
         summary.summarize(old, new, changes, preflight=statuses, offline=args.offline and observed is None),
         violations, len(new["resources"]), checked, kept_note(new), new_driver_images(old, new),
-        policies=check.policies_run(policy_config))
+        policies=check.policies_run(policy_config),
+        new_stack=_new_at(args) if args.base else None)
     if args.json_file:
         try:
             Path(args.json_file).write_text(json.dumps(report.to_json(review), indent=2) + "\n")
@@ -345,7 +367,7 @@ def jobs(value: str) -> int:
 
 def register(commands) -> None:
     parser = commands.add_parser("preview", help="render + diff against a git ref + policies: the PR view")
-    add_stack_arguments(parser, config_file=False)
+    add_stack_arguments(parser)
     parser.add_argument("--base", metavar="GIT_REF", help="diff against the stack as it is at this ref")
     add_format_arguments(parser)
     parser.add_argument("--offline", action="store_true", help="skip the registry preflight and live discovery")

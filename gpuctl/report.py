@@ -53,6 +53,7 @@ class Review:
     new_images: dict[str, str] = field(default_factory=dict)
     command: str = "preview"  # the gpuctl command that made it, for the comment's heading
     policies: int | None = None  # how many policies ran, when the pack config disabled some
+    new_stack: str | None = None  # the stack file the base does not hold: everything is new there
 
 
 # -- values ------------------------------------------------------------------------------------------------------
@@ -341,6 +342,8 @@ def print_text(review: Review, console: Console) -> None:
     from gpuctl import check
 
     base = f"against {review.base}" if review.base else "as a new deployment"
+    if review.new_stack:
+        base += f" ({review.new_stack} is not there: a new stack)"
     console.print(f"Previewing stack {escape(review.stack)} {escape(base)}:")
     for line in summary_lines(review.summary):
         console.print(escape(line), style="bold red" if line.startswith("  !") else None)
@@ -362,6 +365,8 @@ def print_text(review: Review, console: Console) -> None:
 
 def to_json(review: Review) -> dict[str, Any]:
     document = {**review.diff.to_json(), "summary": review.summary.to_json()}
+    if review.new_stack:
+        document["newStack"] = review.new_stack
     if review.violations is not None:
         document["policyViolations"] = [asdict(v) for v in review.violations]
     if review.preflight is not None:
@@ -460,6 +465,8 @@ def to_markdown(review: Review, limit: int = COMMENT_LIMIT) -> str:
     Mermaid flowchart, and the full diff in a collapsible block, cut (with a note) to fit `limit` characters."""
     summary = review.summary
     base = f"against `{review.base}`" if review.base else "as a new deployment"
+    if review.new_stack:
+        base += f" (`{review.new_stack}` is not there: a new stack)"
     head = [f"### `gpuctl {review.command}`: stack `{review.stack}` {base}", ""]
     if summary.destructive:
         head += ["#### Destructive", ""]

@@ -582,3 +582,40 @@ def test_jobs_takes_one_or_more_processes(repo, jobs) -> None:
     assert result.returncode == 2
     assert result.stderr == (f"error: gpuctl preview: argument --jobs: '{jobs}': pass a whole number of processes, "
                              "1 or more\n")
+
+
+# -- --config-file: a stack file not named Pulumi.<stack>.yaml in the checkout's root ---------------------------
+
+
+@pytest.fixture
+def edit_queue_example(repo):
+    path = repo / "examples" / "Pulumi.queue.yaml"
+    original = path.read_text()
+    yield path
+    path.write_text(original)
+
+
+def test_a_config_file_previews_against_the_same_path_at_the_base(repo, edit_queue_example, base_plan_cache):
+    edit_queue_example.write_text(edit_queue_example.read_text().replace("borrowingLimit: 2", "borrowingLimit: 1"))
+
+    result = preview(repo, "--config-file", "examples/Pulumi.queue.yaml", "--base", "HEAD", "--offline", "--json")
+
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert [(step["op"], step["name"]) for step in document["steps"]] == [
+        ("update", "tenant-search-ranking-queue-cluster-queue")]
+    assert "newStack" not in document
+    again = preview(repo, "--config-file", "examples/Pulumi.queue.yaml", "--base", "HEAD", "--offline", "--json")
+    assert again.stdout == result.stdout and len(list(base_plan_cache.glob("*.json"))) == 1
+
+
+def test_a_config_file_the_base_does_not_hold_is_previewed_as_a_new_stack_and_said_so(repo, tmp_path):
+    stack = tmp_path / "Pulumi.qa.yaml"
+    stack.write_text((repo / "examples" / "Pulumi.queue.yaml").read_text())
+
+    text = preview(repo, "--config-file", str(stack), "--base", "HEAD", "--offline")
+    document = json.loads(preview(repo, "--config-file", str(stack), "--base", "HEAD", "--offline", "--json").stdout)
+
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.splitlines()[0] == f"Previewing stack qa against HEAD ({stack} is not there: a new stack):"
+    assert document["newStack"] == str(stack) and {step["op"] for step in document["steps"]} == {"create"}
