@@ -28,13 +28,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> Any:
     """The command line, with every subcommand loaded."""
-    from gpuctl import check, diff, preview, render
+    from gpuctl import check, diff_command, preview, render
     from gpuctl.cli import Parser, add_epilogs
 
     parser = Parser(prog="gpuctl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"gpuctl {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for command in (render, check, diff, preview):
+    for command in (render, check, diff_command, preview):
         command.register(commands)
     add_epilogs(commands)
     return parser
