@@ -99,8 +99,9 @@ def dotted(path: list[Any]) -> str:
 
 
 # The field that names an element of a list, in the order tried: containers, env, volumes and ports by name,
-# tags and tolerations by key. Used only when every element of that list has a distinct value for it.
-ELEMENT_KEYS = ("name", "key", "resourceType", "deviceName", "mountPath", "apiGroup")
+# tags and tolerations by key, the autoscaler's GPU limits by type. Used only when every element of that list has a
+# distinct value for it.
+ELEMENT_KEYS = ("name", "key", "resourceType", "deviceName", "mountPath", "apiGroup", "type")
 
 
 def _element_name(items: list[Any], index: int) -> str:

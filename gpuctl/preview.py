@@ -230,13 +230,20 @@ def new_driver_images(old: dict[str, Any], new: dict[str, Any]) -> dict[str, str
             if before.get(key) != image}
 
 
-def preflight_images(plan: dict[str, Any], offline: bool) -> tuple[str, dict[str, str], ConfigError | None]:
+SWITCHED_OFF = f"skipped ({PROJECT}:preflight false)"
+
+
+def preflight_images(plan: dict[str, Any], offline: bool,
+                     enabled: bool = True) -> tuple[str, dict[str, str], ConfigError | None]:
     """The driver image preflight: what happened (one line), each image's status, and the error that stops the
-    command once the report is shown (a missing image), if any."""
+    command once the report is shown (a missing image), if any. `enabled`: the stack's preflight setting, which
+    `pulumi up` obeys too."""
     images = {KernelTarget(*key.split("/", 1)): image for key, image in plan["outputs"]["driverImages"].items()}
     distinct = set(images.values())
     if offline:
         return "skipped (--offline)", dict.fromkeys(distinct, summary.SKIPPED), None
+    if not enabled:
+        return SWITCHED_OFF, dict.fromkeys(distinct, SWITCHED_OFF), None
     try:
         check_driver_images(images)
     except RegistryUnreachable as error:
@@ -320,7 +327,7 @@ def _preview(args: argparse.Namespace, head: StackFile) -> int:
         else:
             old, new = empty_plan(args.stack), render_plan(head, observed, online=not args.offline)
     refuse_kernel_without_image(old, new)
-    checked, statuses, missing = preflight_images(new, args.offline)
+    checked, statuses, missing = preflight_images(new, args.offline, config_from_stack_file(head.config).preflight)
     changes = plan_diff.diff_plans(old, new)
     plan_diff.refuse_driver_removal(changes, new, observed or [])
     policy_config = check.read_policy_config(args.policy_config)

@@ -262,14 +262,20 @@ def kernel_row(kernel: KernelChange) -> dict[str, str]:
             "note": kernel.note}
 
 
+ALSO = ("group", "memory", "pods")  # what else of a tenant a change may touch, shown only when it does
+
+
 def tenant_rows(summary: FleetSummary) -> tuple[list[dict[str, str]], int]:
     """Changed tenants, and how many are unchanged."""
     rows, same = [], 0
     for tenant in summary.tenants:
         sharing = [(tenant.tenancy_before, tenant.tenancy_after), (tenant.guaranteed_before, tenant.guaranteed_after),
                    (tenant.borrowable_before, tenant.borrowable_after)]
+        also = [f"{name} {_arrow(before, after)}" for name in ALSO
+                if (before := getattr(tenant, f"{name}_before")) != (after := getattr(tenant, f"{name}_after"))
+                and before is not None and after is not None]
         if tenant.gpus_before == tenant.gpus_after and tenant.priority_before == tenant.priority_after and all(
-                before == after for before, after in sharing):
+                before == after for before, after in sharing) and not also:
             same += 1
             continue
         state = "added" if tenant.gpus_before is None else "removed" if tenant.gpus_after is None else "changed"
@@ -278,7 +284,11 @@ def tenant_rows(summary: FleetSummary) -> tuple[list[dict[str, str]], int]:
                      "priority class": _arrow(tenant.priority_before, tenant.priority_after),
                      "tenancy": _arrow(tenant.tenancy_before, tenant.tenancy_after),
                      "guaranteed GPUs": _arrow(tenant.guaranteed_before, tenant.guaranteed_after),
-                     "may borrow": _arrow(tenant.borrowable_before, tenant.borrowable_after)})
+                     "may borrow": _arrow(tenant.borrowable_before, tenant.borrowable_after),
+                     "also": ", ".join(also)})
+    if not any(row["also"] for row in rows):  # the column only when a change has something to say in it
+        for row in rows:
+            del row["also"]
     return rows, same
 
 
@@ -317,7 +327,8 @@ def summary_lines(summary: FleetSummary) -> list[str]:
     for row in rows:
         lines.append(f"  {row['tenant']} (namespace {row['namespace']}): {row['change']}, GPU quota "
                      f"{row['GPU quota']}, {row['priority class']}; tenancy {row['tenancy']}, guaranteed GPUs "
-                     f"{row['guaranteed GPUs']}, may borrow {row['may borrow']}")
+                     f"{row['guaranteed GPUs']}, may borrow {row['may borrow']}"
+                     + (f"; {row['also']}" if row.get("also") else ""))
     if rows and same:
         lines.append(f"  {same} unchanged")
     if summary.retirements:
