@@ -8,7 +8,10 @@ update before anything changes, then destroy. What is read back is read from the
 
 from __future__ import annotations
 
+import re
+import subprocess
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -46,6 +49,17 @@ PolicyPack("engine-e2e", enforcement_level=EnforcementLevel.MANDATORY, policies=
 '''
 CONFIG_MAP = "urn:pulumi:engine::engine-e2e::kubernetes:core/v1:ConfigMap::settings"
 NAMESPACE_URN = "urn:pulumi:engine::engine-e2e::kubernetes:core/v1:Namespace::team"
+
+
+def test_the_engine_is_the_release_of_the_locked_pulumi_sdk() -> None:
+    """`pulumi version` of the engine built here, the Python SDK in requirements.lock and the one installed are one
+    release: the deploy workflow runs that CLI, so the engine that judges gpuctl here is the one that deploys."""
+    if missing_tools():
+        pytest.fail(f"{', '.join(missing_tools())} not built in {BIN}: run `make e2e`", pytrace=False)
+    [locked] = re.findall(r"(?m)^pulumi==([\d.]+)$", (Path(__file__).parent.parent / "requirements.lock").read_text())
+    version = subprocess.run([BIN / "pulumi", "version"], capture_output=True, text=True, timeout=60, check=True)
+
+    assert version.stdout.strip() == f"v{locked}" == f"v{metadata.version('pulumi')}"
 
 
 @pytest.fixture(scope="module")

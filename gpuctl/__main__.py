@@ -8,21 +8,42 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from gpuctl import __version__, check, diff, interrupts, preview, render
-from gpuctl.cli import BAD_INPUT, Parser, add_epilogs, refuse_another_checkout
-from stacks.config import ConfigError
-
-COMMANDS = [render, check, diff, preview]
+from gpuctl import __version__, interrupts
 
 
 def main(argv: list[str] | None = None) -> int:
+    # First, before the commands load (a second or more): a signal during the imports ends the run as one later.
+    interrupts.install()
+    try:
+        try:
+            parser = _parser()
+        except BaseException:
+            if interrupts.received() is None:
+                raise
+            return interrupts.exit_code()
+        return _run(parser, argv)
+    finally:
+        interrupts.settle()
+
+
+def _parser() -> Any:
+    """The command line, with every subcommand loaded."""
+    from gpuctl import check, diff_command, preview, render
+    from gpuctl.cli import Parser, add_epilogs
+
     parser = Parser(prog="gpuctl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"gpuctl {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for command in COMMANDS:
+    for command in (render, check, diff_command, preview):
         command.register(commands)
     add_epilogs(commands)
-    interrupts.install()
+    return parser
+
+
+def _run(parser: Any, argv: list[str] | None) -> int:
+    from gpuctl.cli import BAD_INPUT, refuse_another_checkout
+    from stacks.config import ConfigError
+
     try:
         try:
             args = parser.parse_args(argv)
@@ -46,8 +67,6 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException:
         if interrupts.received() is None:
             raise
-    finally:
-        interrupts.settle()
     return interrupts.exit_code() if interrupts.received() is not None else code
 
 

@@ -28,12 +28,12 @@ def die_with_parent(parent: int) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-HELD = {signal.SIGINT, signal.SIGTERM}
+HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM while forking: Python runs its after-fork hooks (logging's, for one) in the parent,
+    """Hold Ctrl-C, SIGTERM and SIGHUP while forking: Python runs its after-fork hooks (logging's, for one) in the parent,
     and a signal handled in one of them is reported as ignored and lost. Held, it arrives right after."""
     signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
     try:
@@ -66,7 +66,7 @@ class Child:
     @classmethod
     def fork(cls, work: Callable[[], int]) -> Child:
         """Run `work()` in a fork of this process; its return value is the child's exit code. Signals are the
-        parent's to handle: the child ignores Ctrl-C (the terminal sends it to both) and dies on SIGTERM."""
+        parent's to handle: the child ignores Ctrl-C (the terminal sends it to both) and dies on SIGTERM and SIGHUP."""
         sys.stdout.flush()
         sys.stderr.flush()
         parent = os.getpid()
@@ -75,6 +75,7 @@ class Child:
             if not pid:
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.signal(signal.SIGHUP, signal.SIG_DFL)
         if pid:
             return cls(pid)
         code = 70  # EX_SOFTWARE, when `work` raises: its traceback is on stderr

@@ -35,12 +35,11 @@ class Parser(argparse.ArgumentParser):
         raise ConfigError(f"{self.prog}: {message}")
 
 
-def add_stack_arguments(parser: argparse.ArgumentParser, *, config_file: bool = True) -> None:
+def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     """--stack NAME | --config-file PATH, and --observed-nodes FILE."""
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--stack", help="stack name: reads Pulumi.<stack>.yaml")
-    if config_file:
-        source.add_argument("--config-file", help="a stack file at any path")
+    source.add_argument("--config-file", help="a stack file at any path (Pulumi.qa.yaml: stack qa)")
     parser.add_argument("--observed-nodes", help="`kubectl get nodes -o json` output: kernels GPU nodes run now")
     parser.add_argument("--registry-pull-secret-file", metavar="FILE",
                         help=f"the registry's .dockerconfigjson, kept secret (or set ${PULL_SECRET_ENV})")

@@ -1,9 +1,8 @@
-"""`gpuctl diff`: what `pulumi preview --diff` would show between two rendered plans."""
+"""The diff of two rendered plans, as data: what `pulumi preview --diff` would show (gpuctl.report prints it;
+the `gpuctl diff` command is gpuctl.diff_command)."""
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 from dataclasses import dataclass, field
 from graphlib import TopologicalSorter
@@ -13,7 +12,6 @@ from deepdiff import DeepDiff
 from deepdiff.helper import NotPresent
 
 from components import labels
-from gpuctl.cli import OK, add_format_arguments, console, load_plan, observed_nodes, output_format_of
 from gpuctl.replacements import replace_reasons
 from gpuctl.runtime import with_engine_urns
 from stacks.config import ConfigError
@@ -101,8 +99,9 @@ def dotted(path: list[Any]) -> str:
 
 
 # The field that names an element of a list, in the order tried: containers, env, volumes and ports by name,
-# tags and tolerations by key. Used only when every element of that list has a distinct value for it.
-ELEMENT_KEYS = ("name", "key", "resourceType", "deviceName", "mountPath", "apiGroup")
+# tags and tolerations by key, the autoscaler's GPU limits by type. Used only when every element of that list has a
+# distinct value for it.
+ELEMENT_KEYS = ("name", "key", "resourceType", "deviceName", "mountPath", "apiGroup", "type")
 
 
 def _element_name(items: list[Any], index: int) -> str:
@@ -296,31 +295,3 @@ def _driver_scope(driver: dict[str, Any]) -> tuple[str, str | None] | None:
 
 def _serves(scope: tuple[str, str | None], node: ObservedNode) -> bool:
     return node.target.os == scope[0] and scope[1] in (None, node.target.kernel)
-
-
-def run(args: argparse.Namespace) -> int:
-    from gpuctl import report, summary
-
-    old, new = load_plan(args.old), load_plan(args.new)
-    diff = diff_plans(old, new)
-    refuse_driver_removal(diff, new, observed_nodes(args.observed_nodes) or [])
-    review = report.Review(new.get("stack", ""), str(args.old), diff,
-                           summary.summarize(old, new, diff, offline=args.observed_nodes is None), command="diff")
-    output_format = output_format_of(args)
-    if output_format == "json":
-        print(json.dumps(report.to_json(review), indent=2))
-    elif output_format == "markdown":
-        print(report.to_markdown(review), end="")
-    else:
-        report.print_diff(diff, console()) if args.diff_only else report.print_text(review, console())
-    return OK
-
-
-def register(commands) -> None:
-    parser = commands.add_parser("diff", help="what would change between two rendered plans")
-    parser.add_argument("old", metavar="OLD_DIR")
-    parser.add_argument("new", metavar="NEW_DIR")
-    add_format_arguments(parser)
-    parser.add_argument("--diff-only", action="store_true", help="text: the resource diff without the fleet summary")
-    parser.add_argument("--observed-nodes", help="refuse to delete the driver of a kernel these nodes still run")
-    parser.set_defaults(run=run)

@@ -27,11 +27,13 @@ def read_input(path: Path, where: str, fix: str, limit: int = MAX_INPUT_BYTES) -
         raise ConfigError(f"{where}: no such file; {fix}") from None
     except OSError as error:
         raise ConfigError(f"{where}: {error.strerror or 'cannot be opened'}; {fix}") from None
+    # Checked on the descriptor before it becomes a file object: os.fdopen refuses a folder with its own error.
+    mode = os.fstat(descriptor).st_mode
+    kind = next((name for test, name in _KINDS if test(mode)), None)
+    if kind or not stat.S_ISREG(mode):
+        os.close(descriptor)
+        raise ConfigError(f"{where}: is {kind or 'not a regular file'}, not a regular file; {fix}")
     with os.fdopen(descriptor, "rb") as file:
-        mode = os.fstat(descriptor).st_mode
-        kind = next((name for test, name in _KINDS if test(mode)), None)
-        if kind or not stat.S_ISREG(mode):
-            raise ConfigError(f"{where}: is {kind or 'not a regular file'}, not a regular file; {fix}")
         try:
             data = file.read(limit + 1)
         except OSError as error:

@@ -1,6 +1,7 @@
-"""The one path by which SIGINT and SIGTERM end gpuctl: promptly, in one line, leaving an earlier render intact.
+"""The one path by which SIGINT, SIGTERM and SIGHUP end gpuctl: promptly, in one line, leaving an earlier render
+intact and no scratch folder behind.
 
-The handler prints the line, then unwinds the main thread (KeyboardInterrupt for SIGINT, SystemExit for SIGTERM)
+The handler prints the line, then unwinds the main thread (KeyboardInterrupt for SIGINT, SystemExit for the others)
 so scratch folders are removed on the way out. Code the signal lands in may turn it into an error of its own or
 wait on work that will never finish (the SDK's runtime does both), so the exit code comes from the signal, anything
 printed after the line is dropped, and a watchdog ends the process after GRACE_SECONDS whatever the unwinding does.
@@ -19,7 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 GRACE_SECONDS = 3.0
-SIGNALS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+# SIGHUP: the terminal gpuctl ran in was closed; its default action would end the process with no word and leave
+# the scratch folders of a preview behind.
+SIGNALS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}
 
 
 class _State:
@@ -37,7 +40,7 @@ _state = _State()
 
 
 def install() -> None:
-    """Route SIGINT and SIGTERM through this module (main thread only, as Python requires)."""
+    """Route SIGINT, SIGTERM and SIGHUP through this module (main thread only, as Python requires)."""
     _state.__init__()
     _state.previous = {signum: signal.signal(signum, _handle) for signum in SIGNALS}
 

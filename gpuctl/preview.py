@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import io
 import json
@@ -10,11 +11,10 @@ import os
 import subprocess
 import sys
 import tarfile
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpuctl import basecache, check, report, summary
+from gpuctl import basecache, check, report, scratch, summary
 from gpuctl import diff as plan_diff
 from gpuctl.children import Child, wait_all
 from gpuctl.cli import (BAD_INPUT, OK, ROOT, VIOLATION, add_format_arguments, add_stack_arguments, console,
@@ -59,20 +59,20 @@ def render_both(args: argparse.Namespace, head: StackFile,
     """
     commit = resolve(args.base)
     observed_json = Path(args.observed_nodes).read_bytes() if args.observed_nodes else None
-    entry = None if args.no_cache else basecache.key(_git("ls-tree", commit), args.stack, observed_json)
+    entry = None if args.no_cache else basecache.key(_git("ls-tree", commit), args.stack, observed_json,
+                                                     args.stack_path)
     old = basecache.read(entry) if entry else None
     online = not args.offline
-    with tempfile.TemporaryDirectory(prefix="gpuctl-base-") as scratch:
-        work = Path(scratch)
+    with scratch.folder("gpuctl-base-") as work:
         base: list[Child] = []
         parts: list[Child] = []
         try:
             previous = base_kernels(old) if old is not None else None
             if old is None:
                 _extract(commit, work / "tree")
-                if stack_file_path(work / "tree", args.stack).is_file():
+                if args.stack_path and (work / "tree" / args.stack_path).is_file():
                     base.append(_start_base(args, work))
-                    previous = _declared_kernels(work / "tree", args.stack, observed)
+                    previous = _declared_kernels(work / "tree" / args.stack_path, args.stack, observed)
                 else:
                     old, previous = empty_plan(args.stack), []
             if args.jobs > 1 and previous is not None:
@@ -104,8 +104,8 @@ def head_parts(head: StackFile, processes: int) -> int:
 
 def _start_base(args: argparse.Namespace, work: Path) -> Child:
     """`gpuctl render` of the base revision, as that revision's gpuctl does it, into work/plan."""
-    command = [sys.executable, "-m", "gpuctl", "render", "--stack", args.stack, "--out", str(work / "plan"),
-               "--offline"]
+    source = ["--config-file", str(work / "tree" / args.stack_path)] if args.config_file else ["--stack", args.stack]
+    command = [sys.executable, "-m", "gpuctl", "render", *source, "--out", str(work / "plan"), "--offline"]
     if args.observed_nodes:
         command += ["--observed-nodes", str(Path(args.observed_nodes).resolve())]
     if args.registry_pull_secret_file:  # the head's pull secret, so both routes give the same plan
@@ -115,7 +115,10 @@ def _start_base(args: argparse.Namespace, work: Path) -> Child:
 
 def _base_plan(child: Child, ref: str, work: Path, entry: str | None) -> dict[str, Any]:
     if child.returncode != 0:
-        reason = ((work / "base.stderr").read_text(errors="replace").strip().splitlines() or ["it failed"])[-1]
+        said = (work / "base.stderr").read_text(errors="replace")
+        if scratch.full(said):  # the scratch folder, not the base revision, is at fault
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        reason = (said.strip().splitlines() or ["it failed"])[-1]
         raise ConfigError(f"--base {ref}: the stack does not render there: {reason}")
     # A plan whose secrets carry this run's fingerprints is not kept: another run's key would show them changed.
     if entry and FINGERPRINTED not in (work / "plan" / "plan.json").read_text(errors="replace"):
@@ -124,11 +127,11 @@ def _base_plan(child: Child, ref: str, work: Path, entry: str | None) -> dict[st
         return json.load(plan)
 
 
-def _declared_kernels(tree: Path, stack: str, observed: list[ObservedNode] | None) -> list[KernelTarget] | None:
-    """The kernels the base's plan will most likely list (what its stack file declares and the nodes run), read
-    with this revision's code; None when this code cannot read that stack file."""
+def _declared_kernels(path: Path, stack: str, observed: list[ObservedNode] | None) -> list[KernelTarget] | None:
+    """The kernels the base's plan will most likely list (what its stack file at `path` declares and the nodes
+    run), read with this revision's code; None when this code cannot read that stack file."""
     try:
-        values = load_stack_file(stack_file_path(tree, stack), stack).config
+        values = load_stack_file(path, stack).config
         config = config_from_stack_file(values)
     except ConfigError:
         return None
@@ -227,13 +230,20 @@ def new_driver_images(old: dict[str, Any], new: dict[str, Any]) -> dict[str, str
             if before.get(key) != image}
 
 
-def preflight_images(plan: dict[str, Any], offline: bool) -> tuple[str, dict[str, str], ConfigError | None]:
+SWITCHED_OFF = f"skipped ({PROJECT}:preflight false)"
+
+
+def preflight_images(plan: dict[str, Any], offline: bool,
+                     enabled: bool = True) -> tuple[str, dict[str, str], ConfigError | None]:
     """The driver image preflight: what happened (one line), each image's status, and the error that stops the
-    command once the report is shown (a missing image), if any."""
+    command once the report is shown (a missing image), if any. `enabled`: the stack's preflight setting, which
+    `pulumi up` obeys too."""
     images = {KernelTarget(*key.split("/", 1)): image for key, image in plan["outputs"]["driverImages"].items()}
     distinct = set(images.values())
     if offline:
         return "skipped (--offline)", dict.fromkeys(distinct, summary.SKIPPED), None
+    if not enabled:
+        return SWITCHED_OFF, dict.fromkeys(distinct, SWITCHED_OFF), None
     try:
         check_driver_images(images)
     except RegistryUnreachable as error:
@@ -264,10 +274,30 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--base: empty; pass a branch, tag or commit, or leave --base out to preview a new "
                           "deployment")
     head = stack_file(args)
-    with tempfile.TemporaryDirectory(prefix="gpuctl-nodes-") as scratch:
+    args.stack, args.stack_path = head.stack, _stack_path(args)
+    with scratch.folder("gpuctl-nodes-") as nodes:
         if args.base and not args.offline and args.observed_nodes is None:
-            args.observed_nodes = _live_nodes(head, Path(scratch) / "nodes.json")
+            args.observed_nodes = _live_nodes(head, nodes / "nodes.json")
         return _preview(args, head)
+
+
+def _stack_path(args: argparse.Namespace) -> str | None:
+    """The stack file's path in the checkout, the same at every revision; None for a file outside it."""
+    if not args.config_file:
+        return stack_file_path(Path(), args.stack).as_posix()
+    try:
+        return Path(args.config_file).resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return None
+
+
+def _new_at(args: argparse.Namespace) -> str | None:
+    """The stack file's path when `--base` does not hold it (the stack is new there), else None."""
+    if args.stack_path is None:
+        return args.config_file
+    found = subprocess.run(["git", "cat-file", "-e", f"{resolve(args.base)}:{args.stack_path}"], cwd=ROOT,
+                           capture_output=True)
+    return None if found.returncode == 0 else args.stack_path
 
 
 def _live_nodes(head: StackFile, path: Path) -> str | None:
@@ -297,7 +327,7 @@ def _preview(args: argparse.Namespace, head: StackFile) -> int:
         else:
             old, new = empty_plan(args.stack), render_plan(head, observed, online=not args.offline)
     refuse_kernel_without_image(old, new)
-    checked, statuses, missing = preflight_images(new, args.offline)
+    checked, statuses, missing = preflight_images(new, args.offline, config_from_stack_file(head.config).preflight)
     changes = plan_diff.diff_plans(old, new)
     plan_diff.refuse_driver_removal(changes, new, observed or [])
     policy_config = check.read_policy_config(args.policy_config)
@@ -308,9 +338,14 @@ def _preview(args: argparse.Namespace, head: StackFile) -> int:
         args.stack, args.base, changes,
         summary.summarize(old, new, changes, preflight=statuses, offline=args.offline and observed is None),
         violations, len(new["resources"]), checked, kept_note(new), new_driver_images(old, new),
-        policies=check.policies_run(policy_config))
+        policies=check.policies_run(policy_config),
+        new_stack=_new_at(args) if args.base else None)
     if args.json_file:
-        Path(args.json_file).write_text(json.dumps(report.to_json(review), indent=2) + "\n")
+        try:
+            Path(args.json_file).write_text(json.dumps(report.to_json(review), indent=2) + "\n")
+        except OSError as error:
+            raise ConfigError(f"--json-file {args.json_file}: {error.strerror or 'cannot be written'}; pass a file "
+                              "in a writable place with room") from None
     if output_format == "json":
         print(json.dumps(report.to_json(review), indent=2))
     elif output_format == "markdown":
@@ -339,7 +374,7 @@ def jobs(value: str) -> int:
 
 def register(commands) -> None:
     parser = commands.add_parser("preview", help="render + diff against a git ref + policies: the PR view")
-    add_stack_arguments(parser, config_file=False)
+    add_stack_arguments(parser)
     parser.add_argument("--base", metavar="GIT_REF", help="diff against the stack as it is at this ref")
     add_format_arguments(parser)
     parser.add_argument("--offline", action="store_true", help="skip the registry preflight and live discovery")

@@ -54,6 +54,7 @@ class Review:
     new_images: dict[str, str] = field(default_factory=dict)
     command: str = "preview"  # the gpuctl command that made it, for the comment's heading
     policies: int | None = None  # how many policies ran, when the pack config disabled some
+    new_stack: str | None = None  # the stack file the base does not hold: everything is new there
 
 
 # -- values ------------------------------------------------------------------------------------------------------
@@ -266,14 +267,21 @@ def kernel_row(kernel: KernelChange) -> dict[str, str]:
             "note": kernel.note}
 
 
+ALSO = ("group", "memory", "pods")  # what else of a tenant a change may touch, shown only when it does
+
+
 def tenant_rows(summary: FleetSummary) -> tuple[list[dict[str, str]], int]:
     """Changed tenants, and how many are unchanged."""
     rows, same = [], 0
     for tenant in summary.tenants:
         sharing = [(tenant.tenancy_before, tenant.tenancy_after), (tenant.guaranteed_before, tenant.guaranteed_after),
                    (tenant.borrowable_before, tenant.borrowable_after)]
+        also = [f"{name} {_arrow(before, after)}" for name in ALSO
+                if (before := getattr(tenant, f"{name}_before")) != (after := getattr(tenant, f"{name}_after"))
+                and before is not None and after is not None]
         if tenant.gpus_before == tenant.gpus_after and tenant.priority_before == tenant.priority_after and all(
-                before == after for before, after in sharing) and tenant.slices_before == tenant.slices_after:
+                before == after for before, after in sharing) and not also \
+                and tenant.slices_before == tenant.slices_after:
             same += 1
             continue
         state = "added" if tenant.gpus_before is None else "removed" if tenant.gpus_after is None else "changed"
@@ -283,7 +291,11 @@ def tenant_rows(summary: FleetSummary) -> tuple[list[dict[str, str]], int]:
                      "priority class": _arrow(tenant.priority_before, tenant.priority_after),
                      "tenancy": _arrow(tenant.tenancy_before, tenant.tenancy_after),
                      "guaranteed GPUs": _arrow(tenant.guaranteed_before, tenant.guaranteed_after),
-                     "may borrow": _arrow(tenant.borrowable_before, tenant.borrowable_after)})
+                     "may borrow": _arrow(tenant.borrowable_before, tenant.borrowable_after),
+                     "also": ", ".join(also)})
+    if not any(row["also"] for row in rows):  # the column only when a change has something to say in it
+        for row in rows:
+            del row["also"]
     return rows, same
 
 
@@ -332,7 +344,8 @@ def summary_lines(summary: FleetSummary) -> list[str]:
     for row in rows:
         lines.append(f"  {row['tenant']} (namespace {row['namespace']}): {row['change']}, GPU quota "
                      f"{row['GPU quota']}, {row['priority class']}; tenancy {row['tenancy']}, guaranteed GPUs "
-                     f"{row['guaranteed GPUs']}, may borrow {row['may borrow']}")
+                     f"{row['guaranteed GPUs']}, may borrow {row['may borrow']}"
+                     + (f"; {row['also']}" if row.get("also") else ""))
     if rows and same:
         lines.append(f"  {same} unchanged")
     if summary.retirements:
@@ -357,6 +370,8 @@ def print_text(review: Review, console: Console) -> None:
     from gpuctl import check
 
     base = f"against {review.base}" if review.base else "as a new deployment"
+    if review.new_stack:
+        base += f" ({review.new_stack} is not there: a new stack)"
     console.print(f"Previewing stack {escape(review.stack)} {escape(base)}:")
     for line in summary_lines(review.summary):
         console.print(escape(line), style="bold red" if line.startswith("  !") else None)
@@ -378,6 +393,8 @@ def print_text(review: Review, console: Console) -> None:
 
 def to_json(review: Review) -> dict[str, Any]:
     document = {**review.diff.to_json(), "summary": review.summary.to_json()}
+    if review.new_stack:
+        document["newStack"] = review.new_stack
     if review.violations is not None:
         document["policyViolations"] = [asdict(v) for v in review.violations]
     if review.preflight is not None:
@@ -476,6 +493,8 @@ def to_markdown(review: Review, limit: int = COMMENT_LIMIT) -> str:
     Mermaid flowchart, and the full diff in a collapsible block, cut (with a note) to fit `limit` characters."""
     summary = review.summary
     base = f"against `{review.base}`" if review.base else "as a new deployment"
+    if review.new_stack:
+        base += f" (`{review.new_stack}` is not there: a new stack)"
     head = [f"### `gpuctl {review.command}`: stack `{review.stack}` {base}", ""]
     if summary.destructive:
         head += ["#### Destructive", ""]

@@ -23,6 +23,14 @@ LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 MACHINE_SET = "kubernetes:machine.openshift.io/v1beta1:MachineSet"
 NAMESPACE = "kubernetes:core/v1:Namespace"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
+RESOURCE_QUOTA = "kubernetes:core/v1:ResourceQuota"
+NETWORK = "kubernetes:k8s.cni.cncf.io/v1:NetworkAttachmentDefinition"
+LOCAL_QUEUE = "kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue"
+# components/tenant_quota.py: the RoleBinding of a tenant's group, and the quota on its CPU, memory and pods.
+MEMBERS, COMPUTE_QUOTA = "-members", "compute-quota"
+# components/node_drain.py drain_phrase: how a pool's drain reads when the handler's IAM policy is not attached.
+UNDRAINED = "NOT drained"
 UNKNOWN = "[unknown]"
 # How the Machine Config Operator rolls a release onto the nodes of a pool when its MachineConfigPool sets no
 # maxUnavailable (machineconfiguration.openshift.io/v1 MachineConfigPool: "Defaults to 1").
@@ -45,6 +53,12 @@ REFRESH_CANCELS = ("a launch-template change while this refresh runs cancels it 
 RETIRED_POOL = ("retired: unprotected, so a later change may remove it; it keeps its nodes, GPUs and drain until then")
 RETIRED_TENANT = ("retired: its namespace is unprotected, so a later change may remove the tenant, deleting the "
                   "namespace and everything in it; its quota and workloads stay until then")
+RETIRED_NETWORK = ("retired: its NetworkAttachmentDefinition is unprotected, so a later change may remove the network; "
+                   "pods attach to it until then")
+# Kueue creates a queued Job suspended and unsuspends it when it admits it: with the queue gone nothing does.
+STRANDED = ("the Jobs still waiting in it: Kueue holds a queued Job suspended until it admits it, and with the queue "
+            "gone nothing admits it, so they stay suspended until deleted or resubmitted without the queue label "
+            "(admitted Jobs keep running)")
 # NVIDIADriver spec fields whose change makes the GPU Operator roll the driver onto the nodes it selects.
 DRIVER_ROLL_EXCLUDED = ("spec.upgradePolicy",)
 PROTECTED = ("pulumi up refuses this: the resource is protected; mark it `retired: true` first and remove it in a "
@@ -127,6 +141,13 @@ class TenantChange:
     # What it was given of the kinds other than whole GPUs (shares, MIG slices), by extended resource.
     slices_before: dict[str, int] = field(default_factory=dict)
     slices_after: dict[str, int] = field(default_factory=dict)
+    # Who works in the namespace (the RoleBinding's groups) and its compute quota's memory and pods.
+    group_before: str | None = None
+    group_after: str | None = None
+    memory_before: str | None = None
+    memory_after: str | None = None
+    pods_before: str | None = None
+    pods_after: str | None = None
 
 
 @dataclass(frozen=True)
@@ -519,6 +540,9 @@ def _kernels(old: dict[str, Any], new: dict[str, Any], old_pools: dict[str, Pool
                     "--observed-nodes) shows no node on it")
         else:
             change = "image changed" if images_before[key] != images_after[key] else "unchanged"
+            was, now = branch(images_before[key]), branch(images_after[key])
+            if was and now and now < was:
+                note = f"driver branch {was} -> {now}: a downgrade"
         if key in images_after and key not in kept and key not in after.get("declaredKernels", [key]):
             note = "nodes run it, but the stack declares it nowhere (cluster.kernel on OpenShift, a pool's kernel on " \
                    "Kubernetes)"
@@ -551,13 +575,32 @@ def _whole(value: Any) -> int:
     return value or 0
 
 
+def _tenant_access(plan: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Namespace -> its tenant's group (the RoleBinding's Group subjects) and compute quota's memory and pods."""
+    found: dict[str, dict[str, str]] = {}
+    for resource in plan["resources"]:
+        metadata = resource["inputs"].get("metadata") or {}
+        entry = found.setdefault(metadata.get("namespace") or "", {})
+        if resource["type"] == ROLE_BINDING and resource["name"].endswith(MEMBERS):
+            entry["group"] = ", ".join(sorted(subject.get("name", "") for subject in resource["inputs"].get(
+                "subjects") or [] if subject.get("kind") == "Group"))
+        elif resource["type"] == RESOURCE_QUOTA and metadata.get("name") == COMPUTE_QUOTA:
+            hard = (resource["inputs"].get("spec") or {}).get("hard") or {}
+            entry.update(memory=hard.get("requests.memory"), pods=hard.get("pods"))
+    return found
+
+
 def _tenants(old: dict[str, Any], new: dict[str, Any]) -> list[TenantChange]:
     before, after = _outputs(old).get("tenants") or {}, _outputs(new).get("tenants") or {}
+    access = _tenant_access(old), _tenant_access(new)
     return [TenantChange(name, name, before.get(name, {}).get("gpus"), after.get(name, {}).get("gpus"),
                          before.get(name, {}).get("priorityClass"), after.get(name, {}).get("priorityClass"),
                          *(value for pair in zip(_sharing(before.get(name)), _sharing(after.get(name)))
                            for value in pair), retired=bool(after.get(name, {}).get("retired")),
-                         slices_before=_slices(before.get(name)), slices_after=_slices(after.get(name)))
+                         slices_before=_slices(before.get(name)), slices_after=_slices(after.get(name)),
+                         **{f"{field}_{which}": access[index].get(name, {}).get(field)
+                            for field in ("group", "memory", "pods")
+                            for index, which in enumerate(("before", "after"))})
             for name in sorted(set(before) | set(after))]
 
 
@@ -567,11 +610,27 @@ def _slices(tenant: dict[str, Any] | None) -> dict[str, int]:
             if kind != GPU_RESOURCE and amount}
 
 
-def _retirements(pools: list[PoolChange], tenants: list[TenantChange]) -> list[str]:
-    """Each retired pool and tenant of the head revision, with what retiring means."""
+def _networks(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each tenant network's NetworkAttachmentDefinition, by URN."""
+    return {resource["urn"]: resource for resource in plan["resources"] if resource["type"] == NETWORK}
+
+
+def _retirements(pools: list[PoolChange], tenants: list[TenantChange], old: dict[str, Any],
+                 new: dict[str, Any]) -> list[str]:
+    """Each retired pool, tenant and tenant network of the head revision, with what retiring means."""
     lines = [f"pool {pool.name}: {'newly ' if pool.before and not pool.before.retired else ''}{RETIRED_POOL}"
              for pool in pools if pool.after and pool.after.retired]
-    return lines + [f"tenant {tenant.name}: {RETIRED_TENANT}" for tenant in tenants if tenant.retired]
+    lines += [f"tenant {tenant.name}: {RETIRED_TENANT}" for tenant in tenants if tenant.retired]
+    retired_tenants = {tenant.namespace for tenant in tenants if tenant.retired}  # their networks go with them
+    before = _networks(old)
+    for urn, network in sorted(_networks(new).items()):
+        metadata = network["inputs"].get("metadata") or {}
+        if network["options"]["protect"] or metadata.get("namespace") in retired_tenants:
+            continue
+        was = before.get(urn)
+        newly = "newly " if was is not None and was["options"]["protect"] else ""
+        lines.append(f"tenant {metadata.get('namespace')} network {metadata.get('name')}: {newly}{RETIRED_NETWORK}")
+    return lines
 
 
 def _other_kinds(tenants: list[TenantChange], pools: dict[str, PoolState]) -> dict[str, tuple[int, int]]:
@@ -633,9 +692,14 @@ def _destructive(diff: PlanDiff, pools: list[PoolChange], tenants: list[TenantCh
             tenant = quotas.get(name)
             quota = f", quota {tenant.gpus_before} GPUs ({tenant.priority_before})" if tenant and \
                 tenant.gpus_before is not None else ""
-            items.append(Destructive(f"namespace {name} {verb}",
-                                     f"every object in it: the tenant's workloads, volumes and secrets{quota}",
-                                     engine))
+            whose = "the tenant's workloads, volumes and secrets" if tenant else "what runs there and its secrets"
+            items.append(Destructive(f"namespace {name} {verb}", f"every object in it: {whose}{quota}", engine))
+        elif resource["type"] == LOCAL_QUEUE and step.op == "delete":
+            items.append(Destructive(f"queue {object_name(resource)} {verb}", STRANDED, engine))
+        elif resource["type"] == NETWORK and step.op == "delete":
+            items.append(Destructive(f"network {object_name(resource)} {verb}",
+                                     "the tenant's secondary network: pods that ask for it no longer start (running "
+                                     "pods keep their interface until they restart)", engine))
         elif resource["type"] == NVIDIA_DRIVER:
             annotations = resource["inputs"].get("metadata", {}).get("annotations", {})
             node_os, kernel_name = annotations.get(labels.OS_ANNOTATION), annotations.get(labels.KERNEL_ANNOTATION)
@@ -663,7 +727,44 @@ def _destructive(diff: PlanDiff, pools: list[PoolChange], tenants: list[TenantCh
         index = pool_items.get(diff.parents[urn]["name"])
         if engine and index is not None:
             items[index] = Destructive(items[index].what, items[index].takes_away, engine)
-    return items
+    return items + _lost_drain(pools) + _lost_access(tenants)
+
+
+def _lost_drain(pools: list[PoolChange]) -> list[Destructive]:
+    """Pools whose nodes were drained before termination and no longer are (the handler's IAM policy goes)."""
+    names = [pool.name for pool in pools if pool.before and pool.after
+             and pool.before.roll.get("drain") and not str(pool.before.roll["drain"]).startswith(UNDRAINED)
+             and str(pool.after.roll.get("drain", "")).startswith(UNDRAINED)]
+    if not names:
+        return []
+    return [Destructive(f"node drain switched off for pool{'s' if len(names) != 1 else ''} {', '.join(names)}",
+                        "the drain before a node terminates: each node a refresh, scale-in or removal terminates "
+                        "waits out its lifecycle hook and goes with its pods still running (set "
+                        "cluster.nodeTerminationHandlerRole, or attach the handler's IAM policy to the nodes' role)")]
+
+
+def _lost_access(tenants: list[TenantChange]) -> list[Destructive]:
+    """Groups that worked in a tenant's namespace and no longer do."""
+    return [Destructive(f"group {tenant.group_before} loses namespace {tenant.namespace}",
+                        f"every right {tenant.group_before} had there (the tenant role): its members can no longer "
+                        f"see or run the tenant's workloads; {tenant.group_after} gets them instead")
+            for tenant in tenants if tenant.group_before and tenant.group_after
+            and tenant.group_before != tenant.group_after]
+
+
+def branch(image: str | None) -> int | None:
+    """The driver branch of an NVIDIA driver image: the tag's leading number (580-6.8.0-1021-aws-ubuntu22.04,
+    580.95.05-ubuntu22.04)."""
+    tag = (image or "").rpartition(":")[2]
+    digits = tag[:len(tag) - len(tag.lstrip("0123456789"))]
+    return int(digits) if digits else None
+
+
+def _downgrades(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """(os/kernel, branch before, branch after) of each driver that moves to an older branch."""
+    before, after = _outputs(old).get("driverImages") or {}, _outputs(new).get("driverImages") or {}
+    moves = [(key, branch(before[key]), branch(image)) for key, image in sorted(after.items()) if key in before]
+    return [(key, was, now) for key, was, now in moves if was and now and now < was]
 
 
 def _unknowns(diff: PlanDiff, pools: list[PoolChange], kernels: list[KernelChange], offline: bool) -> list[str]:
@@ -710,6 +811,10 @@ def summarize(old: dict[str, Any], new: dict[str, Any], diff: PlanDiff, *,
                         _quota(tenants, "before"), _quota(tenants, "after"),
                         sum(p.advertised for p in old_pools.values()), sum(p.advertised for p in new_pools.values()),
                         _other_kinds(tenants, new_pools))
+    downgrades = [Destructive(f"driver for {key} downgraded, branch {was} -> {now}",
+                              "the newer driver on every node on that kernel: containers built for its CUDA version "
+                              "may not run on the older branch") for key, was, now in _downgrades(old, new)]
     return FleetSummary(new.get("stack", ""), release[0], release[1], pools, kernels, tenants, capacity,
-                        _destructive(diff, pools, tenants, kernels), _unknowns(diff, pools, kernels, offline),
-                        _engine_notes(diff), _retirements(pools, tenants))
+                        _destructive(diff, pools, tenants, kernels) + downgrades,
+                        _unknowns(diff, pools, kernels, offline), _engine_notes(diff),
+                        _retirements(pools, tenants, old, new))

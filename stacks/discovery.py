@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,17 +138,50 @@ def _api_client(discovery: DiscoveryConfig) -> client.ApiClient:
     configuration = client.Configuration()
     configuration.retries = False  # one attempt, so timeoutSeconds bounds the whole read
     try:
-        return config.new_client_from_config(
-            config_file=discovery.kubeconfig,
-            context=discovery.context,
-            persist_config=False,
-            client_configuration=configuration,
-        )
+        with _PluginErrors() as plugin:
+            api = config.new_client_from_config(
+                config_file=discovery.kubeconfig,
+                context=discovery.context,
+                persist_config=False,
+                client_configuration=configuration,
+            )
     except (config.ConfigException, OSError, ValueError, yaml.YAMLError) as error:
         raise DiscoveryError(
             f"could not load {where}: {_one_line(error)}; "
             f"set {_KUBECONFIG_KEY} (and context) to a kubeconfig that reaches the cluster"
         ) from None
+    if plugin.messages:
+        raise DiscoveryError(
+            f"the credential plugin of {where} failed ({_one_line(plugin.messages[0])}); run its command by hand "
+            "to see why, and fix it or the kubeconfig's users[].user.exec"
+        )
+    return api
+
+
+class _PluginErrors(logging.Handler):
+    """What the Kubernetes client logs, and does not raise, when a kubeconfig's credential plugin fails (it would
+    go on without credentials): kept to be raised as one line, not printed as a second one. Kubernetes client
+    kube_config.py, KubeConfigLoader._load_from_exec_plugin: `except Exception as e: logging.error(str(e))`."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+        self._alone = False
+
+    def __enter__(self) -> _PluginErrors:
+        root = logging.getLogger()
+        self._alone = not root.handlers  # else logging.error() would add a handler printing to stderr for good
+        root.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logging.getLogger().removeHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.module in ("kube_config", "exec_provider"):
+            self.messages.append(record.getMessage())
+        elif self._alone and logging.lastResort is not None:  # anything else is printed as it would have been
+            logging.lastResort.handle(record)
 
 
 def _refusal(error: ApiException, server: str, read: ClusterRead) -> str:

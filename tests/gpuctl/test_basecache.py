@@ -1,8 +1,13 @@
-"""The base plan cache: keyed by what a render reads, trusted only when an entry checks out."""
+"""The base plan cache: keyed by what a render reads, trusted only when an entry proves this user's gpuctl wrote
+it, and read as untrusted input (a regular file of bounded size, never through a link)."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -90,3 +95,77 @@ def test_a_cache_that_cannot_be_written_is_skipped(monkeypatch, tmp_path: Path) 
     store(tmp_path, key(), PLAN)
 
     assert basecache.read(key()) is None
+
+
+def forged(entry: Path, content: bytes, secret: bytes) -> None:
+    """Write `content` into `entry` with a header that checks out under `secret`."""
+    key_ = entry.stem
+    seal = hmac.new(secret, f"{basecache.FORMAT}\0{key_}\0".encode() + content, hashlib.sha256).hexdigest()
+    entry.write_bytes(json.dumps({"format": basecache.FORMAT, "key": key_, "hmac": seal}).encode() + b"\n" + content)
+
+
+def test_an_entry_edited_with_its_seal_recomputed_without_the_users_secret_is_not_trusted(tmp_path: Path) -> None:
+    """Who can write the folder but not read the secret cannot make a preview hide a change."""
+    entry = store(tmp_path, key(), PLAN)
+    edited = json.dumps({**PLAN, "outputs": {"kernels": ["ubuntu22.04/6.9"]}}).encode()
+
+    forged(entry, edited, os.urandom(basecache.SECRET_BYTES))
+    assert basecache.read(key()) is None
+    forged(entry, edited, (basecache.folder() / basecache.SECRET).read_bytes())  # the secret itself proves it
+    assert basecache.read(key())["outputs"]["kernels"] == ["ubuntu22.04/6.9"]
+
+
+def test_the_secret_is_made_once_readable_by_this_user_only(tmp_path: Path) -> None:
+    store(tmp_path, key(), PLAN)
+    secret = basecache.folder() / basecache.SECRET
+    first = secret.read_bytes()
+    store(tmp_path, key(stack="dev"), PLAN)
+
+    assert secret.stat().st_mode & 0o777 == 0o600 and secret.read_bytes() == first and len(first) == 32
+
+
+@pytest.mark.parametrize("weakness", ["readable by others", "a link", "another user's"])
+def test_a_secret_others_could_know_or_set_keeps_the_cache_unused(tmp_path: Path, weakness: str) -> None:
+    store(tmp_path, key(), PLAN)
+    secret = basecache.folder() / basecache.SECRET
+    if weakness == "readable by others":
+        secret.chmod(0o644)
+    elif weakness == "a link":
+        (tmp_path / "elsewhere").write_bytes(secret.read_bytes())
+        secret.unlink()
+        secret.symlink_to(tmp_path / "elsewhere")
+    else:
+        if os.getuid() != 0:
+            pytest.skip("giving a file to another user needs root")
+        os.chown(secret, 65534, 65534)
+
+    assert basecache.read(key()) is None
+    store(tmp_path, key(stack="dev"), PLAN)  # nor is it written over: it is not this user's to replace
+    assert basecache.read(key(stack="dev")) is None
+
+
+@pytest.mark.parametrize("kind", ["named pipe", "link to /dev/zero", "link to a good entry", "folder", "too large"])
+def test_an_entry_that_is_not_a_regular_file_is_ignored_at_once(tmp_path: Path, monkeypatch, kind: str) -> None:
+    """A pipe with no writer would block the preview, /dev/zero would fill memory: neither is read."""
+    entry = store(tmp_path, key(), PLAN)
+    if kind == "named pipe":
+        entry.unlink()
+        os.mkfifo(entry)
+    elif kind == "link to /dev/zero":
+        entry.unlink()
+        entry.symlink_to("/dev/zero")
+    elif kind == "link to a good entry":
+        entry.rename(tmp_path / "good.json")
+        entry.symlink_to(tmp_path / "good.json")
+    elif kind == "folder":
+        entry.unlink()
+        entry.mkdir()
+    else:
+        monkeypatch.setattr(basecache, "MAX_INPUT_BYTES", len(entry.read_bytes()) - 1)
+
+    result: list = []
+    reader = threading.Thread(target=lambda: result.append(basecache.read(key())), daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+
+    assert result == [None], "the read blocked or returned a plan"

@@ -258,15 +258,17 @@ def fifo(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("option", ["--registry-pull-secret-file", "--observed-nodes", "--config-file",
-                                    "--policy-config"])
-@pytest.mark.parametrize("kind", ["named pipe", "device"])
+                                    "--policy-config", "preview --config-file"])
+@pytest.mark.parametrize("kind", ["named pipe", "device", "folder"])
 def test_a_special_file_is_refused_before_it_is_read(tmp_path: Path, fifo: Path, option: str, kind: str,
                                                      rendered: Path) -> None:
-    path = str(fifo) if kind == "named pipe" else "/dev/zero"
+    path = {"named pipe": str(fifo), "device": "/dev/zero", "folder": str(tmp_path)}[kind]
     if option == "--policy-config":
         args = ["check", str(rendered), option, path]
     elif option == "--config-file":
         args = ["render", option, path, "--offline", "--out", str(tmp_path / "out")]
+    elif option == "preview --config-file":
+        args = ["preview", "--config-file", path, "--base", "HEAD", "--offline"]
     else:
         args = ["render", "--stack", "dev", option, path, "--offline", "--out", str(tmp_path / "out")]
 
@@ -274,8 +276,20 @@ def test_a_special_file_is_refused_before_it_is_read(tmp_path: Path, fifo: Path,
                             timeout=60)
 
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-    assert f"is a {kind}, not a regular file" in result.stderr or "is not a regular file" in result.stderr
+    assert f"is a {kind}, not a" in result.stderr or "is not a regular file" in result.stderr
     assert "Error" not in result.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["check", "diff"])
+def test_a_folder_named_plan_json_is_one_line_naming_it(tmp_path: Path, rendered: Path, command: str) -> None:
+    (tmp_path / "plan.json").mkdir()
+    args = [str(tmp_path)] if command == "check" else [str(rendered), str(tmp_path)]
+
+    result = subprocess.run([sys.executable, "-m", "gpuctl", command, *args], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"error: {tmp_path / 'plan.json'}: is a folder, not a regular file; render one")
 
 
 def test_a_deeply_nested_pull_secret_is_one_line(tmp_path: Path) -> None:
@@ -291,3 +305,14 @@ def test_a_deeply_nested_pull_secret_is_one_line(tmp_path: Path) -> None:
 def test_an_offline_render_loads_no_kubernetes_client(tmp_path) -> None:
     loaded = modules_loaded_by([["render", "--stack", "onprem", "--out", str(tmp_path / "out"), "--offline"]])
     assert "pulumi_kubernetes" in loaded and "kubernetes" not in loaded
+
+
+@pytest.mark.parametrize("target", ["folder", "full disk"])
+def test_a_json_file_that_cannot_be_written_is_one_line(tmp_path: Path, target: str) -> None:
+    path = str(tmp_path) if target == "folder" else "/dev/full"
+
+    result = subprocess.run([sys.executable, "-m", "gpuctl", "preview", "--stack", "dev", "--offline", "--json-file",
+                             path], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"error: --json-file {path}: ") and "Traceback" not in result.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -54,10 +55,12 @@ run()
 """
 
 
-def stalled(tmp_path: Path, stall: str, *command: str) -> tuple[subprocess.Popen, Path]:
+def stalled(tmp_path: Path, stall: str, *command: str,
+            env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path]:
     started = tmp_path / "started"
     process = subprocess.Popen([sys.executable, "-c", DRIVER.format(stall=STALLS[stall]), str(started), *command],
-                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **(env or {})})
     deadline = time.monotonic() + 120
     while not started.exists():
         assert process.poll() is None, process.communicate()
@@ -96,6 +99,40 @@ def test_a_signal_ends_a_stalled_render_promptly_and_keeps_the_earlier_render(tm
 def test_sigint_during_preview_prints_one_line_and_no_traceback(tmp_path) -> None:
     process, _ = stalled(tmp_path, "converting", "preview", "--stack", "dev", "--offline")
 
+    process.send_signal(signal.SIGINT)
+    try:
+        stdout, stderr = process.communicate(timeout=15)
+    finally:
+        process.kill()
+
+    assert process.returncode == 130 and stderr == "error: interrupted; nothing was changed\n" and stdout == ""
+
+
+def test_sighup_ends_a_preview_in_one_line_and_removes_its_scratch_folders(tmp_path) -> None:
+    """The terminal a preview runs in is closed while the head renders, the base's tree still in scratch."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    process, _ = stalled(tmp_path, "converting", "preview", "--stack", "dev", "--offline", "--base", "HEAD",
+                         "--no-cache", "--jobs", "1", env={"TMPDIR": str(scratch)})
+    assert [path.name[:len("gpuctl-base-")] for path in scratch.iterdir()].count("gpuctl-base-") == 1
+
+    process.send_signal(signal.SIGHUP)
+    try:
+        stdout, stderr = process.communicate(timeout=15)
+    finally:
+        process.kill()
+
+    assert process.returncode == 128 + signal.SIGHUP and stdout == ""
+    assert stderr == "error: hung up; nothing was changed\n"
+    assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.parametrize("delay", [0.5, 1.0])
+def test_a_signal_while_gpuctl_starts_is_one_line(tmp_path, delay: float) -> None:
+    """Ctrl-C while the commands load (the first second or so) ends the run as it would later."""
+    process = subprocess.Popen([sys.executable, "-m", "gpuctl", "preview", "--stack", "dev", "--offline"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
     process.send_signal(signal.SIGINT)
     try:
         stdout, stderr = process.communicate(timeout=15)

@@ -40,7 +40,7 @@ def repo(tmp_path_factory) -> Path:
 
 def preview(repo: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gpuctl", "preview", *args], cwd=repo, capture_output=True,
-                          text=True)
+                          text=True, timeout=600)
 
 
 def stack_editor(repo: Path, stack: str) -> Iterator[Callable[[str, str], Path]]:
@@ -256,10 +256,17 @@ def test_the_output_is_the_same_with_and_without_the_cache_and_concurrency(edit_
     (entry,) = base_plan_cache.glob("*.json")
     entry.write_bytes(entry.read_bytes()[:-100])  # a truncated entry is not trusted, and is written again
     corrupted = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline")
-
-    for run in (cold, warm, corrupted):
-        assert (run.returncode, run.stdout, run.stderr) == (serial.returncode, serial.stdout, serial.stderr)
     assert len(entry.read_bytes()) > 100 and json.loads(entry.read_bytes().split(b"\n", 1)[1])["stack"] == "prod"
+    entry.unlink()
+    os.mkfifo(entry)  # read, it would block the preview for good
+    pipe = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline")
+    entry.unlink()
+    entry.symlink_to("/dev/zero")  # read, it would fill memory
+    zeros = preview(repo, "--stack", "prod", "--base", "HEAD", "--offline")
+
+    for run in (cold, warm, corrupted, pipe, zeros):
+        assert (run.returncode, run.stdout, run.stderr) == (serial.returncode, serial.stdout, serial.stderr)
+    assert entry.is_file() and not entry.is_symlink(), "the entry is written again"
 
 
 def many_tenants() -> dict:
@@ -576,3 +583,40 @@ def test_jobs_takes_one_or_more_processes(repo, jobs) -> None:
     assert result.returncode == 2
     assert result.stderr == (f"error: gpuctl preview: argument --jobs: '{jobs}': pass a whole number of processes, "
                              "1 or more\n")
+
+
+# -- --config-file: a stack file not named Pulumi.<stack>.yaml in the checkout's root ---------------------------
+
+
+@pytest.fixture
+def edit_queue_example(repo):
+    path = repo / "examples" / "Pulumi.queue.yaml"
+    original = path.read_text()
+    yield path
+    path.write_text(original)
+
+
+def test_a_config_file_previews_against_the_same_path_at_the_base(repo, edit_queue_example, base_plan_cache):
+    edit_queue_example.write_text(edit_queue_example.read_text().replace("borrowingLimit: 2", "borrowingLimit: 1"))
+
+    result = preview(repo, "--config-file", "examples/Pulumi.queue.yaml", "--base", "HEAD", "--offline", "--json")
+
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert [(step["op"], step["name"]) for step in document["steps"]] == [
+        ("update", "tenant-search-ranking-queue-cluster-queue")]
+    assert "newStack" not in document
+    again = preview(repo, "--config-file", "examples/Pulumi.queue.yaml", "--base", "HEAD", "--offline", "--json")
+    assert again.stdout == result.stdout and len(list(base_plan_cache.glob("*.json"))) == 1
+
+
+def test_a_config_file_the_base_does_not_hold_is_previewed_as_a_new_stack_and_said_so(repo, tmp_path):
+    stack = tmp_path / "Pulumi.qa.yaml"
+    stack.write_text((repo / "examples" / "Pulumi.queue.yaml").read_text())
+
+    text = preview(repo, "--config-file", str(stack), "--base", "HEAD", "--offline")
+    document = json.loads(preview(repo, "--config-file", str(stack), "--base", "HEAD", "--offline", "--json").stdout)
+
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.splitlines()[0] == f"Previewing stack qa against HEAD ({stack} is not there: a new stack):"
+    assert document["newStack"] == str(stack) and {step["op"] for step in document["steps"]} == {"create"}

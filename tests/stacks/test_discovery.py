@@ -260,6 +260,35 @@ def test_a_stalled_credential_plugin_is_bounded_by_the_deadline(api: StandInApi,
     assert "credential plugin" in str(raised.value) and "within 0.5s" in str(raised.value)
 
 
+PLUGINS = {  # what a broken credential plugin prints, and how it ends
+    "garbage": "echo 'this is not an ExecCredential'; echo 'and it says so' >&2",
+    "failure": "echo 'token expired' >&2; exit 1",
+    "no token": """echo '{"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential", \
+"status": {}}'""",
+}
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_a_broken_credential_plugin_is_one_error_and_nothing_else(api: StandInApi, tmp_path: Path, capsys,
+                                                                  plugin: str) -> None:
+    """The client logs a plugin's failure and goes on without credentials: gpuctl says it once, as its error."""
+    script = tmp_path / "plugin"
+    script.write_text(f"#!/bin/sh\n{PLUGINS[plugin]}\n")
+    script.chmod(0o755)
+    path = kubeconfig(tmp_path / "config", {"lab": api.url}, "lab")
+    document = yaml.safe_load(path.read_text())
+    document["users"][0]["user"] = {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1",
+                                             "command": str(script), "interactiveMode": "Never"}}
+    path.write_text(yaml.safe_dump(document))
+
+    with pytest.raises(DiscoveryError, match=f"the credential plugin of kubeconfig {path} failed") as raised:
+        read_live_nodes(discovery(path))
+
+    assert "\n" not in str(raised.value) and "fix it or the kubeconfig's users[].user.exec" in str(raised.value)
+    assert capsys.readouterr() == ("", ""), "the client's own log line is not printed too"
+    assert api.requests == [], "no request goes out without the credentials"
+
+
 def test_the_crd_check_and_the_node_read_share_one_deadline(api: StandInApi, tmp_path: Path) -> None:
     """prod checks 2 CRDs and reads the nodes: 3 answers of 1 s each. Within a 2.5 s deadline each read alone would
     finish; together they must not, or discovery could take twice timeoutSeconds."""

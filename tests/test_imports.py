@@ -1,0 +1,59 @@
+"""No import cycle among the project's packages: each module's imports, at any depth of its code, form a DAG."""
+
+from __future__ import annotations
+
+import ast
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+PACKAGES = ("gpuctl", "stacks", "policy", "fleet", "components")
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The project modules `name` imports: at the top, or inside a function (a deferred import still closes a
+    circle, it only hides it from the interpreter)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            targets |= {f"{base}.{alias.name}" for alias in node.names} | {base}
+    found = set()
+    for target in targets:
+        while target and target not in known:  # `from gpuctl.cli import X`: the module gpuctl.cli
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            found.add(target)
+    return found
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    known = modules()
+    assert {"gpuctl.diff", "gpuctl.report", "gpuctl.summary", "stacks.config", "policy.rules"} <= set(known)
+    graph = {name: imports(name, path, known) for name, path in known.items()}
+    try:
+        TopologicalSorter(graph).prepare()
+    except CycleError as error:
+        raise AssertionError(f"import cycle: {' -> '.join(error.args[1])}") from None
+
+
+def test_the_walk_sees_imports_made_inside_functions() -> None:
+    """gpuctl.report imports gpuctl.check only where it prints policies: still an edge of the graph."""
+    known = modules()
+    assert {"gpuctl.diff", "gpuctl.summary", "gpuctl.check"} <= imports("gpuctl.report", known["gpuctl.report"], known)
