@@ -642,7 +642,9 @@ def operand_reference(section: Mapping[str, Any]) -> str:
 def _driver_tag(spec: Mapping[str, Any], version: str) -> str:
     """The tag the operator pulls for an NVIDIADriver whose spec.version is `version`."""
     selector = dig(spec, "nodeSelector") or {}
-    os_id, os_version = selector.get(labels.OS_ID_LABEL), selector.get(labels.OS_VERSION_LABEL)
+    os_id = selector.get(labels.OS_ID_LABEL)
+    # RHEL is selected by its major alone, and tagged by it (gpu-operator v26.7.0 internal/state/nodepool.go, getOSTag).
+    os_version = selector.get(labels.OS_VERSION_LABEL) or selector.get(labels.OS_VERSION_MAJOR_LABEL)
     node_os = f"{os_id}{os_version}" if os_id and os_version else "<os>"
     if dig(spec, "usePrecompiled") is True:
         return f"{version}-{selector.get(labels.KERNEL_LABEL) or '<kernel>'}-{node_os}"
