@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpuctl import basecache, check, report, summary
+from gpuctl import basecache, check, report, summary, upgrade
 from gpuctl import diff as plan_diff
 from gpuctl.children import Child, wait_all
 from gpuctl.cli import (BAD_INPUT, OK, ROOT, VIOLATION, add_format_arguments, add_stack_arguments, console,
@@ -214,17 +214,18 @@ def base_kernels(plan: dict[str, Any]) -> list[KernelTarget]:
 
 
 def kept_note(plan: dict[str, Any]) -> list[str]:
-    """One line for each driver kept only for lack of evidence."""
+    """One line for each driver kept only for lack of evidence (not for a kernel whose OS's driver serves a declared
+    kernel too: that driver stays anyway)."""
     return [f"kept: the driver for {key}, which no pool boots any more; with no node inventory it stays until a "
             "deploy (live discovery) or --observed-nodes shows no node on that kernel"
-            for key in plan["outputs"].get("keptKernels", [])]
+            for key in plan["outputs"].get("keptKernels", []) if not upgrade.shared(plan, key)]
 
 
 def new_driver_images(old: dict[str, Any], new: dict[str, Any]) -> dict[str, str]:
     """The images the GPU Operator will pull that the base revision did not declare, by `os/kernel`."""
     before = old.get("outputs", {}).get("driverImages", {})
     return {key: image for key, image in sorted(new["outputs"].get("driverImages", {}).items())
-            if before.get(key) != image}
+            if before.get(key) != image and image not in before.values()}
 
 
 def preflight_images(plan: dict[str, Any], offline: bool) -> tuple[str, dict[str, str], ConfigError | None]:
