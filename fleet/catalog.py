@@ -124,11 +124,8 @@ class OpenShiftRelease:
     kernel_example: str
 
     def nfd_labels(self) -> dict[str, str]:
-        """The os-release labels NFD sets on this release's nodes (source/system/system.go, GetLabels: ID,
-        VERSION_ID and VERSION_ID's numeric `.major` and `.minor`, splitVersion)."""
-        major, _, minor = self.version_id.partition(".")
-        return {OS_ID_LABEL: NODE_OSES[self.node_os].os_release_id, OS_VERSION_LABEL: self.version_id,
-                OS_VERSION_MAJOR_LABEL: major, f"{OS_VERSION_LABEL}.minor": minor}
+        """The os-release labels NFD sets on this release's nodes."""
+        return nfd_os_release_labels(NODE_OSES[self.node_os].os_release_id, self.version_id)
 
     def is_kernel(self, kernel: str) -> bool:
         """Whether `kernel` is a kernel of this release's RHEL minor (el9_<minor>)."""
@@ -151,3 +148,12 @@ OPENSHIFT_KUBERNETES: dict[str, str] = {minor: release.kubernetes for minor, rel
 def node_os_of(os_id: str | None, version_id: str | None) -> str | None:
     """The node OS (its operator key) of a node whose NFD labels show this os-release ID and VERSION_ID, or None."""
     return next((name for name, node_os in NODE_OSES.items() if node_os.runs(os_id, version_id)), None)
+
+
+def nfd_os_release_labels(os_id: str, version_id: str) -> dict[str, str]:
+    """The os-release labels NFD sets on a node whose /etc/os-release says ID and VERSION_ID (source/system/system.go,
+    GetLabels: ID, VERSION_ID, and VERSION_ID's numeric major and minor as splitVersion splits them)."""
+    split = re.fullmatch(r"(?P<major>[0-9]+)(\.(?P<minor>[0-9]+))?(\..*)?", version_id)
+    parts = {f"{OS_VERSION_LABEL}.{name}": value for name, value in (split.groupdict() if split else {}).items()
+             if value}
+    return {OS_ID_LABEL: os_id, OS_VERSION_LABEL: version_id, **parts}

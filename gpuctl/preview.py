@@ -208,6 +208,14 @@ def _inside(member: tarfile.TarInfo, tree: str) -> tarfile.TarInfo | None:
         return None
 
 
+# What a base commit re-rendered cannot stand in for: the state `pulumi up` compares with was rendered with the nodes
+# of the last deploy, and the program keeps a driver for every kernel a node runs.
+RE_RENDERED_BASE = (
+    "the base is {ref} re-rendered with today's nodes, not the state last deployed: a driver created or deleted "
+    "because nodes changed kernel or OS release since the last deploy (a driver no node needs any more, one for a "
+    "node on an undeclared kernel) is in pulumi up's plan but not shown here")
+
+
 def base_kernels(plan: dict[str, Any]) -> list[KernelTarget]:
     """The kernels that had a driver in the base revision."""
     return [KernelTarget(*key.split("/", 1)) for key in plan.get("outputs", {}).get("kernels", [])]
@@ -305,9 +313,11 @@ def _preview(args: argparse.Namespace, head: StackFile) -> int:
     violations = check.check_plan(new, policy_config)
     refused = plan_diff.refused_by_the_engine(changes)
     outcome = VIOLATION if check.has_mandatory(violations) or refused else OK
+    fleet = summary.summarize(old, new, changes, preflight=statuses, offline=args.offline and observed is None)
+    if args.base:
+        fleet.unknowns.insert(0, RE_RENDERED_BASE.format(ref=args.base))
     review = report.Review(
-        args.stack, args.base, changes,
-        summary.summarize(old, new, changes, preflight=statuses, offline=args.offline and observed is None),
+        args.stack, args.base, changes, fleet,
         violations, len(new["resources"]), checked, kept_note(new), new_driver_images(old, new),
         policies=check.policies_run(policy_config))
     if args.json_file:

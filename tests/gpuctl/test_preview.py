@@ -575,3 +575,15 @@ def test_jobs_takes_one_or_more_processes(repo, jobs) -> None:
     assert result.returncode == 2
     assert result.stderr == (f"error: gpuctl preview: argument --jobs: '{jobs}': pass a whole number of processes, "
                              "1 or more\n")
+
+
+def test_a_preview_against_a_commit_says_its_base_is_a_re_render_and_what_that_cannot_see(repo):
+    result = preview(repo, "--stack", "dev", "--base", "HEAD", "--offline")
+    assert result.returncode == 0, result.stderr
+    [note] = [line for line in result.stdout.splitlines() if "re-rendered" in line]
+    assert note.strip().startswith("? the base is HEAD re-rendered with today's nodes, not the state last deployed")
+    assert "because nodes changed kernel or OS release since the last deploy" in note
+
+    new = preview(repo, "--stack", "dev", "--offline")  # a new deployment compares with nothing: no such note
+    assert new.returncode == 0, new.stderr
+    assert "re-rendered" not in new.stdout
