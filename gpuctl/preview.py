@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpuctl import basecache, check, report, summary, upgrade
+from gpuctl import basecache, check, deployed, report, summary, upgrade
 from gpuctl import diff as plan_diff
 from gpuctl.children import Child, wait_all
 from gpuctl.cli import (BAD_INPUT, OK, ROOT, VIOLATION, add_format_arguments, add_stack_arguments, console,
@@ -272,7 +272,11 @@ def run(args: argparse.Namespace) -> int:
     if args.base is not None and not args.base.strip():  # an unset CI variable: not "diff against nothing"
         raise ConfigError("--base: empty; pass a branch, tag or commit, or leave --base out to preview a new "
                           "deployment")
+    if args.base_state is not None and not args.base:
+        raise ConfigError("--base-state: needs --base, the commit that was deployed (its render gives the deployed "
+                          "resources' inputs); pass --base <that commit>")
     head = stack_file(args)
+    args.deployed = deployed.read_state(args.base_state) if args.base_state is not None else None
     with tempfile.TemporaryDirectory(prefix="gpuctl-nodes-") as scratch:
         if args.base and not args.offline and args.observed_nodes is None:
             args.observed_nodes = _live_nodes(head, Path(scratch) / "nodes.json")
@@ -303,6 +307,8 @@ def _preview(args: argparse.Namespace, head: StackFile) -> int:
     with fingerprinted_secrets():
         if args.base:
             old, new = render_both(args, head, observed)
+            if args.deployed is not None:
+                old = deployed.as_deployed(old, args.deployed, args.stack)
         else:
             old, new = empty_plan(args.stack), render_plan(head, observed, online=not args.offline)
     refuse_kernel_without_image(old, new)
@@ -314,10 +320,11 @@ def _preview(args: argparse.Namespace, head: StackFile) -> int:
     refused = plan_diff.refused_by_the_engine(changes)
     outcome = VIOLATION if check.has_mandatory(violations) or refused else OK
     fleet = summary.summarize(old, new, changes, preflight=statuses, offline=args.offline and observed is None)
-    if args.base:
+    if args.base and args.deployed is None:
         fleet.unknowns.insert(0, RE_RENDERED_BASE.format(ref=args.base))
+    base = f"{args.base} as deployed ({args.base_state})" if args.deployed is not None else args.base
     review = report.Review(
-        args.stack, args.base, changes, fleet,
+        args.stack, base, changes, fleet,
         violations, len(new["resources"]), checked, kept_note(new), new_driver_images(old, new),
         policies=check.policies_run(policy_config))
     if args.json_file:
@@ -352,6 +359,9 @@ def register(commands) -> None:
     parser = commands.add_parser("preview", help="render + diff against a git ref + policies: the PR view")
     add_stack_arguments(parser, config_file=False)
     parser.add_argument("--base", metavar="GIT_REF", help="diff against the stack as it is at this ref")
+    parser.add_argument("--base-state", metavar="FILE",
+                        help="`pulumi stack export` of the stack as deployed: the base is the resources it holds and "
+                             "its outputs, with the inputs of --base (the commit deployed)")
     add_format_arguments(parser)
     parser.add_argument("--offline", action="store_true", help="skip the registry preflight and live discovery")
     parser.add_argument("--policy-config", metavar="FILE", help="policy pack config (JSON), as for `gpuctl check`")
