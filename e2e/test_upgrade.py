@@ -3,8 +3,8 @@
 kwok nodes carry the labels NFD gives each release's nodes (fleet.catalog, OpenShiftRelease.nfd_labels); the
 Machine Config Operator's reboot of a node into the new release is a stand-in: the node is relabelled as NFD would
 relabel it. Each deploy renders the dev stack with the GPU nodes read from the API server (the inventory evidence
-`pulumi up` reads by live discovery), applies every object with server-side apply and deletes the NVIDIADrivers the
-render no longer has: a stand-in for `pulumi up`, whose own runs the engine suites make. At every step the API
+`pulumi up` reads by live discovery), applies its NVIDIADrivers with server-side apply and deletes the NVIDIADrivers the
+render no longer has: a stand-in for what `pulumi up` does to the drivers, whose own runs the engine suites make. At every step the API
 server evaluates each NVIDIADriver's nodeSelector as a label selector, and each GPU node must be selected by
 exactly one, the one the step expects.
 """
@@ -67,15 +67,17 @@ def reboot_into(admin: Kube, node: str, minor: str) -> None:
 
 
 def deploy(admin: Kube, minor: str) -> list[str]:
-    """Stand-in for `pulumi up` of dev on `minor`: render with the live GPU nodes as the inventory, apply every
-    object, delete the NVIDIADrivers the render dropped. Returns the drivers the render has."""
+    """Stand-in for what `pulumi up` of dev on `minor` does to the drivers: render with the live GPU nodes as the
+    inventory, apply its NVIDIADrivers, delete those the render dropped. Returns the drivers the render has. (The
+    engine replaces what else changes with the release, such as the install-plan approver's Job: its own suites.)"""
     items = [{"apiVersion": "v1", "kind": "Node", "metadata": node["metadata"]} for node in admin.list("v1", "Node")]
     observed = parse_node_list({"apiVersion": "v1", "kind": "NodeList", "items": items}, "the API server")
     config = release_config(minor)
     stack = Stack.from_config("dev", config, render_stack("dev", copy.deepcopy(config), observed))
-    for obj in stack.objects():
+    drivers = [obj for obj in stack.objects() if obj["kind"] == DRIVER_API[1]]
+    for obj in drivers:
         admin.apply(obj)
-    declared = sorted(obj["metadata"]["name"] for obj in stack.objects() if obj["kind"] == DRIVER_API[1])
+    declared = sorted(obj["metadata"]["name"] for obj in drivers)
     for driver in admin.list(*DRIVER_API):
         if driver["metadata"]["name"] not in declared:
             admin.delete(*DRIVER_API, driver["metadata"]["name"])
