@@ -3,11 +3,11 @@
 For an OpenShift stack (dev) and a bring-your-own Kubernetes stack (onprem), each on a control plane of its own
 prepared as the cluster is before the stack (e2e/conftest.py): `pulumi preview`, `up` with the policy pack, a
 preview that must show no changes, `refresh` with no drift, then a series of changes as a user makes them, each
-previewed by gpuctl (`--base` the commit deployed last, `--base-state` the engine's export) and by the engine (`preview --json --diff`), which must
-plan the same URNs with the same operations, then applied; a protected removal, a policy violation and a cluster
-rename that the engine must refuse before it changes anything; and `destroy`, which keeps the protected tenants
-(and what they depend on), then the documented way (`pulumi state unprotect --all`, then destroy), which leaves no
-object the stack created.
+previewed by gpuctl (`--base` the commit deployed last, `--base-state` the engine's export) and by the engine
+(`preview --json --diff`), which must plan the same URNs with the same operations, then applied; a protected
+removal, a policy violation and a cluster rename that the engine must refuse before it changes anything; and
+`destroy`, which keeps the protected tenants (and what they depend on), then the documented way (`pulumi state
+unprotect --all`, then destroy), which leaves no object the stack created.
 
 Stand-ins (e2e/standins.py): onprem pulls its charts from a Helm repository on 127.0.0.1 serving stand-in charts
 under the pinned names and versions (`charts.mirror`); on dev, a stand-in for OLM resolves Subscriptions, and kwok

@@ -1,12 +1,12 @@
 """An OpenShift upgrade walked node by node against the real API server: 4.18 -> 4.19 -> 4.20.
 
-kwok nodes carry the labels NFD gives each release's nodes (fleet.catalog, OpenShiftRelease.nfd_labels); the
-Machine Config Operator's reboot of a node into the new release is a stand-in: the node is relabelled as NFD would
-relabel it. Each deploy renders the dev stack with the GPU nodes read from the API server (the inventory evidence
-`pulumi up` reads by live discovery), applies its NVIDIADrivers with server-side apply and deletes the NVIDIADrivers the
-render no longer has: a stand-in for what `pulumi up` does to the drivers, whose own runs the engine suites make. At every step the API
-server evaluates each NVIDIADriver's nodeSelector as a label selector, and each GPU node must be selected by
-exactly one, the one the step expects.
+kwok nodes carry the labels NFD gives each release's nodes (fleet.catalog, OpenShiftRelease.nfd_labels); the Machine
+Config Operator's reboot of a node into the new release is a stand-in: the node is relabelled as NFD would relabel
+it. Each deploy renders the dev stack with the GPU nodes read from the API server (the inventory evidence `pulumi
+up` reads by live discovery), applies its NVIDIADrivers with server-side apply and deletes the NVIDIADrivers the
+render no longer has: a stand-in for what `pulumi up` does to the drivers, whose own runs the engine suites make. At
+every step the API server evaluates each NVIDIADriver's nodeSelector as a label selector, and each GPU node must be
+selected by exactly one, the one the step expects.
 """
 
 from __future__ import annotations
