@@ -38,20 +38,19 @@ class DriverStackArgs:
 
 
 def kernel_node_selector(target: KernelTarget) -> dict[str, str]:
-    """Pins a driver to GPU nodes whose NFD labels show exactly this OS release and kernel."""
-    node_os = NODE_OSES[target.os]
-    return {
-        **labels.GPU_NODE_SELECTOR,
-        labels.KERNEL_LABEL: target.kernel,
-        labels.OS_ID_LABEL: node_os.os_release_id,
-        labels.OS_VERSION_LABEL: node_os.os_release_version,
-    }
+    """Pins a driver to GPU nodes whose NFD labels show exactly this kernel and OS, the OS selected the way the GPU
+    Operator keys it (gpu-operator v26.7.0 internal/state/nodepool.go, getNodePools: `VERSION_ID`, or
+    `VERSION_ID.major` for RHEL), so the driver's nodes are the nodes of the operator's pools and image tags."""
+    return {**labels.GPU_NODE_SELECTOR, labels.KERNEL_LABEL: target.kernel, **NODE_OSES[target.os].node_labels()}
 
 
 def by_os_release(target: KernelTarget, release: DriverRelease) -> bool:
-    """Whether the target's driver is keyed by OS release rather than kernel: on OpenShift, unless precompiled, the
+    """Whether the target's driver is keyed by OS rather than kernel: on OpenShift, unless precompiled, the
     operator builds the driver with the Driver Toolkit on each node, one DaemonSet per RHCOS build (OSTREE_VERSION)
-    of whatever kernel it boots. A kernel selector there would drop every node of a z-stream whose kernel the stack
+    of whatever kernel it boots (gpu-operator v26.7.0 internal/state/nodepool.go, getNodePools). One driver then
+    serves every release of the OS: rhel9 serves OpenShift 4.19 to 4.22, whose nodes the operator tells apart by
+    OSTREE_VERSION itself; a driver per release would select the same nodes twice, which the operator refuses
+    (internal/validator/validator.go, nodeSelectorValidator.Validate). A kernel selector there would drop every node of a z-stream whose kernel the stack
     has not declared yet (the operator's AssignOwners), leaving it without a driver."""
     return NODE_OSES[target.os].openshift and not release.precompiled
 

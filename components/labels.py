@@ -30,6 +30,9 @@ NVIDIA_PCI_LABEL = f"{NFD_PREFIX}/pci-10de.present"
 KERNEL_LABEL = f"{NFD_PREFIX}/kernel-version.full"
 OS_ID_LABEL = f"{NFD_PREFIX}/system-os_release.ID"
 OS_VERSION_LABEL = f"{NFD_PREFIX}/system-os_release.VERSION_ID"
+# NFD splits VERSION_ID into `.major` and `.minor` (source/system/system.go, GetLabels and splitVersion); the GPU
+# Operator selects RHEL nodes by the major (gpu-operator v26.7.0 internal/state/nodepool.go, getNodePools).
+OS_VERSION_MAJOR_LABEL = f"{NFD_PREFIX}/system-os_release.VERSION_ID.major"
 
 # The node label by which NVIDIA's device plugin picks its config from the ConfigMap the ClusterPolicy names
 # (k8s-device-plugin's config manager, `--node-label`); nodes without it use the ClusterPolicy's default config.

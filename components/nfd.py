@@ -15,7 +15,8 @@ from components.olm import OlmOperator, OlmOperatorArgs
 
 # As NVIDIA's GPU Operator configures its NFD subchart: network and display/3D PCI classes, labelled by vendor
 # only, so every NVIDIA GPU node carries feature.node.kubernetes.io/pci-10de.present=true. The kernel and
-# system sources (on by default) add kernel-version.full and system-os_release.ID / VERSION_ID.
+# system sources (on by default) add kernel-version.full and system-os_release.ID / VERSION_ID (and VERSION_ID.major,
+# by which the GPU Operator selects RHEL nodes).
 WORKER_CONFIG = {"sources": {"pci": {"deviceClassWhitelist": ["02", "0200", "0207", "0300", "0302"],
                                      "deviceLabelFields": ["vendor"]}}}
 PRIVILEGED = {"pod-security.kubernetes.io/enforce": "privileged"}

@@ -4,16 +4,17 @@ namespaces it expects the cluster to have, and kwok nodes shaped like its pools.
 from __future__ import annotations
 
 import base64
+import copy
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from components import labels
-from components.driver import kernel_node_selector
 from e2e.cluster import kwok_node
 from gpuctl.render import manifests
-from fleet.catalog import InstanceType
-from stacks.config import NodePoolConfig, StackConfig, parse_stack_config
+from gpuctl.stackfile import stack_file_from_config
+from fleet.catalog import NODE_OSES, OPENSHIFT_RELEASES, InstanceType, nfd_os_release_labels
+from stacks.config import PROJECT, NodePoolConfig, StackConfig, parse_stack_config
 from tests.conftest import Plan, config_values, render_stack
 
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"  # set by GPU feature discovery on nodes with a working driver
@@ -31,6 +32,13 @@ class Stack:
     @classmethod
     def render(cls, name: str) -> Stack:
         return cls(name, render_stack(name), parse_stack_config(config_values(name)))
+
+    @classmethod
+    def from_config(cls, name: str, config: dict[str, Any], plan: Plan | None = None) -> Stack:
+        """A stack from a stack file's `config:` mapping (an example, or a shipped stack edited), and its render."""
+        values = stack_file_from_config(name, copy.deepcopy(config)).config
+        return cls(name, plan or render_stack(name, config),
+                   parse_stack_config({key.removeprefix(f"{PROJECT}:"): value for key, value in values.items()}))
 
     @property
     def openshift(self) -> bool:
@@ -61,7 +69,7 @@ class Stack:
         nodes = []
         for pool in self.config.node_pools:
             node_labels, taints = self._registration(pool)
-            node_labels |= kernel_node_selector(self.config.kernel_target(pool)) | {GPU_PRESENT_LABEL: "true"}
+            node_labels |= nfd_labels(self.config, pool) | {GPU_PRESENT_LABEL: "true"}
             shape = pool.instance if pool.bring_your_own is None else BYO_NODE_SHAPE
             capacity = {"cpu": str(shape.vcpus), "memory": f"{shape.memory_mib}Mi", "pods": "110",
                         **{name: str(count) for name, count in pool.advertised_per_node.items()}}
@@ -106,6 +114,18 @@ class Stack:
                     taints = [_taint(item) for item in _flag(script, "register-with-taints").split(",")]
                     return node_labels, taints
         raise LookupError(f"no MachineSet or launch template registers nodes of pool {pool}")
+
+
+def nfd_labels(config: StackConfig, pool: NodePoolConfig) -> dict[str, str]:
+    """The labels NFD sets on a pool's GPU nodes (its pci, kernel and system sources): the NVIDIA PCI device, the
+    kernel, and the os-release of the OS they run (on OpenShift the cluster release's RHCOS)."""
+    target = config.kernel_target(pool)
+    if config.cluster.flavor == "openshift":
+        os_release = OPENSHIFT_RELEASES[config.cluster.minor].nfd_labels()
+    else:
+        node_os = NODE_OSES[target.os]
+        os_release = nfd_os_release_labels(node_os.os_release_id, node_os.os_release_version)
+    return {**labels.GPU_NODE_SELECTOR, labels.KERNEL_LABEL: target.kernel, **os_release}
 
 
 def dependency_order(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:

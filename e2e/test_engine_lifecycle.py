@@ -3,11 +3,11 @@
 For an OpenShift stack (dev) and a bring-your-own Kubernetes stack (onprem), each on a control plane of its own
 prepared as the cluster is before the stack (e2e/conftest.py): `pulumi preview`, `up` with the policy pack, a
 preview that must show no changes, `refresh` with no drift, then a series of changes as a user makes them, each
-previewed by gpuctl (`--base` the commit deployed last) and by the engine (`preview --json --diff`), which must
-plan the same URNs with the same operations, then applied; a protected removal, a policy violation and a cluster
-rename that the engine must refuse before it changes anything; and `destroy`, which keeps the protected tenants
-(and what they depend on), then the documented way (`pulumi state unprotect --all`, then destroy), which leaves no
-object the stack created.
+previewed by gpuctl (`--base` the commit deployed last, `--base-state` the engine's export) and by the engine
+(`preview --json --diff`), which must plan the same URNs with the same operations, then applied; a protected
+removal, a policy violation and a cluster rename that the engine must refuse before it changes anything; and
+`destroy`, which keeps the protected tenants (and what they depend on), then the documented way (`pulumi state
+unprotect --all`, then destroy), which leaves no object the stack created.
 
 Stand-ins (e2e/standins.py): onprem pulls its charts from a Helm repository on 127.0.0.1 serving stand-in charts
 under the pinned names and versions (`charts.mirror`); on dev, a stand-in for OLM resolves Subscriptions, and kwok
@@ -63,6 +63,7 @@ class Lifecycle:
     engine: Engine
     admin: Kube
     planned: dict[str, str] = field(default_factory=dict)  # gpuctl's last preview: URN -> operation
+    review: dict[str, Any] = field(default_factory=dict)  # ... and the whole of it (--format json)
     kept: int = 0  # ... and how many resources the stack holds after it
 
     @property
@@ -83,12 +84,15 @@ class Lifecycle:
         self.stack_file.write_text(yaml.safe_dump(document, sort_keys=False))
 
     def gpuctl(self, base: bool = True) -> tuple[int, dict[str, Any], str]:
-        """`gpuctl preview --base HEAD --format json` of the working tree (without a base: a new stack), with live
-        discovery of the cluster."""
+        """`gpuctl preview --base HEAD --base-state <pulumi stack export> --format json` of the working tree (without
+        a base: a new stack), with live discovery of the cluster: the base is what was deployed."""
+        state = self.project.parent / "state.json"
+        if base:
+            state.write_text(json.dumps(self.engine.export()))
         result = subprocess.run(
             [sys.executable, "-m", "gpuctl", "preview", "--stack", self.stack, "--format", "json", "--no-cache",
-             *(["--base", "HEAD"] if base else [])], cwd=self.project, capture_output=True, text=True, timeout=600,
-            env={**os.environ, "KUBECONFIG": str(self.engine.kubeconfig)})
+             *(["--base", "HEAD", "--base-state", str(state)] if base else [])], cwd=self.project,
+            capture_output=True, text=True, timeout=600, env={**os.environ, "KUBECONFIG": str(self.engine.kubeconfig)})
         assert result.returncode in (0, 1) and result.stdout, result.stderr
         return result.returncode, json.loads(result.stdout), result.stderr
 
@@ -97,6 +101,7 @@ class Lifecycle:
         by the same operation (the engine's report leaves out the resources that stay the same). Returns them."""
         code, ours, _ = self.gpuctl(base)
         assert code == 0, f"{what}: gpuctl preview exited {code}: {ours.get('policies')}"
+        self.review = ours
         self.planned = {step["urn"]: step["op"] for step in ours["steps"]}
         self.kept = sum(count for op, count in ours["changeSummary"].items() if op != "delete")
         mine = changes(self.planned)
@@ -246,6 +251,20 @@ def driver(branch: str, version: str | None = None, precompiled: bool | None = N
     return edit
 
 
+NODES_REBOOTED = "the nodes rebooted into the declared kernel, then a tenant's group changed"
+OLD_ONPREM_DRIVER = "nvidia-driver-ubuntu22-04-5-15-0-125-generic"
+
+
+def reboot_into_declared_kernels(life: Lifecycle) -> None:
+    """Stand-in for the nodes' owner rebooting them into the kernel the stack now declares: NFD relabels them."""
+    kernel = labels.KERNEL_LABEL
+    for node in life.admin.list("v1", "Node"):
+        if node["metadata"].get("labels", {}).get(kernel) == "5.15.0-125-generic":
+            life.admin.resource("v1", "Node").patch(
+                name=node["metadata"]["name"], body={"metadata": {"labels": {kernel: "5.15.0-130-generic"}}},
+                content_type="application/merge-patch+json")
+
+
 # The changes of each stack, in order: what the user means, and the edit. The kernel and sharing changes name what
 # the stack has. A pull-secret rotation is `pulumi config set --secret` (not an edit); renaming the cluster and
 # removing a tenant in one change are refused (see the test).
@@ -270,6 +289,11 @@ CHANGES: dict[str, list[tuple[str, Edit]]] = {
     ],
     "onprem": [
         ("a pool's kernel upgraded", pool_field("dgx-a100", "kernel", "5.15.0-130-generic")),
+        # The old kernel is declared nowhere now, but the nodes still run it: its driver stays (live discovery).
+        ("the other pool's kernel upgraded", pool_field("l40s-inference", "kernel", "5.15.0-130-generic")),
+        # The nodes reboot into the new kernel (NODES_REBOOTED), then any change: the engine deletes the driver
+        # no node needs any more, and gpuctl, previewing against the deployed state, plans the same.
+        (NODES_REBOOTED, tenant_field("nlp-research", "group", "nlp-research-team")),
         ("a driver branch bump", driver("590")),
         ("precompiled drivers off", driver("590", "590.44.01", precompiled=False)),
         ("precompiled drivers on", driver("590")),
@@ -283,7 +307,10 @@ CHANGES: dict[str, list[tuple[str, Edit]]] = {
 # Changes that change no resource, in both previews alike. A z-stream release keeps dev's driver, which the operator
 # builds per RHCOS release on each node (one NVIDIADriver for 4.18, whatever its kernel), and its MachineSets (their
 # boot image); the nodes take the release when you start the cluster upgrade (docs/rolls.md).
-NO_STEPS = {"an OpenShift release and its kernel"}
+NO_STEPS = {"an OpenShift release and its kernel",
+            # Its new kernel's driver exists (the first pool's), and its nodes still run the old one, whose driver
+            # live discovery keeps: no resource changes until the nodes reboot.
+            "the other pool's kernel upgraded"}
 
 
 def managed_objects(admin: Kube, kinds: set[tuple[str, str]]) -> list[str]:
@@ -307,7 +334,16 @@ def test_a_stack_lives_and_dies_under_the_engine_as_gpuctl_previews_it(lifecycle
     assert managed_objects(life.admin, kinds)
 
     for what, edit in CHANGES[life.stack]:
-        life.change(what, edit, steps_expected=what not in NO_STEPS)
+        if what == NODES_REBOOTED:
+            reboot_into_declared_kernels(life)
+        planned = life.change(what, edit, steps_expected=what not in NO_STEPS)
+        if what == NODES_REBOOTED:
+            deleted = [urn for urn, op in planned.items() if op == "delete"]
+            assert [urn.rsplit("::", 1)[-1] for urn in deleted] == ["driver-ubuntu22-04-5-15-0-125-generic"]
+            leaving = [item for item in life.review["summary"]["destructive"] if OLD_ONPREM_DRIVER in item["what"]]
+            assert [item["takes_away"] for item in leaving] == [
+                "the GPU driver of every node on kernel ubuntu22.04/5.15.0-125-generic (no pool boots it and live "
+                "discovery shows no node on it)"]
     engine.run("config", "set", "--secret", f"{PROJECT}:registryPullSecret", PULL_SECRETS[1])
     life.compare("a pull-secret rotation")
     engine.up(policy_pack=ROOT / "policy")

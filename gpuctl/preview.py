@@ -14,7 +14,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from gpuctl import basecache, check, report, scratch, summary
+from gpuctl import basecache, check, deployed, report, scratch, summary, upgrade
 from gpuctl import diff as plan_diff
 from gpuctl.children import Child, wait_all
 from gpuctl.cli import (BAD_INPUT, OK, ROOT, VIOLATION, add_format_arguments, add_stack_arguments, console,
@@ -211,23 +211,32 @@ def _inside(member: tarfile.TarInfo, tree: str) -> tarfile.TarInfo | None:
         return None
 
 
+# What a base commit re-rendered cannot stand in for: the state `pulumi up` compares with was rendered with the nodes
+# of the last deploy, and the program keeps a driver for every kernel a node runs.
+RE_RENDERED_BASE = (
+    "the base is {ref} re-rendered with today's nodes, not the state last deployed: a driver created or deleted "
+    "because nodes changed kernel or OS release since the last deploy (a driver no node needs any more, one for a "
+    "node on an undeclared kernel) is in pulumi up's plan but not shown here")
+
+
 def base_kernels(plan: dict[str, Any]) -> list[KernelTarget]:
     """The kernels that had a driver in the base revision."""
     return [KernelTarget(*key.split("/", 1)) for key in plan.get("outputs", {}).get("kernels", [])]
 
 
 def kept_note(plan: dict[str, Any]) -> list[str]:
-    """One line for each driver kept only for lack of evidence."""
+    """One line for each driver kept only for lack of evidence (not for a kernel whose OS's driver serves a declared
+    kernel too: that driver stays anyway)."""
     return [f"kept: the driver for {key}, which no pool boots any more; with no node inventory it stays until a "
             "deploy (live discovery) or --observed-nodes shows no node on that kernel"
-            for key in plan["outputs"].get("keptKernels", [])]
+            for key in plan["outputs"].get("keptKernels", []) if not upgrade.shared(plan, key)]
 
 
 def new_driver_images(old: dict[str, Any], new: dict[str, Any]) -> dict[str, str]:
     """The images the GPU Operator will pull that the base revision did not declare, by `os/kernel`."""
     before = old.get("outputs", {}).get("driverImages", {})
     return {key: image for key, image in sorted(new["outputs"].get("driverImages", {}).items())
-            if before.get(key) != image}
+            if before.get(key) != image and image not in before.values()}
 
 
 SWITCHED_OFF = f"skipped ({PROJECT}:preflight false)"
@@ -273,8 +282,12 @@ def run(args: argparse.Namespace) -> int:
     if args.base is not None and not args.base.strip():  # an unset CI variable: not "diff against nothing"
         raise ConfigError("--base: empty; pass a branch, tag or commit, or leave --base out to preview a new "
                           "deployment")
+    if args.base_state is not None and not args.base:
+        raise ConfigError("--base-state: needs --base, the commit that was deployed (its render gives the deployed "
+                          "resources' inputs); pass --base <that commit>")
     head = stack_file(args)
     args.stack, args.stack_path = head.stack, _stack_path(args)
+    args.deployed = deployed.read_state(args.base_state) if args.base_state is not None else None
     with scratch.folder("gpuctl-nodes-") as nodes:
         if args.base and not args.offline and args.observed_nodes is None:
             args.observed_nodes = _live_nodes(head, nodes / "nodes.json")
@@ -324,6 +337,8 @@ def _preview(args: argparse.Namespace, head: StackFile) -> int:
     with fingerprinted_secrets():
         if args.base:
             old, new = render_both(args, head, observed)
+            if args.deployed is not None:
+                old = deployed.as_deployed(old, args.deployed, args.stack)
         else:
             old, new = empty_plan(args.stack), render_plan(head, observed, online=not args.offline)
     refuse_kernel_without_image(old, new)
@@ -334,9 +349,12 @@ def _preview(args: argparse.Namespace, head: StackFile) -> int:
     violations = check.check_plan(new, policy_config)
     refused = plan_diff.refused_by_the_engine(changes)
     outcome = VIOLATION if check.has_mandatory(violations) or refused else OK
+    fleet = summary.summarize(old, new, changes, preflight=statuses, offline=args.offline and observed is None)
+    if args.base and args.deployed is None:
+        fleet.unknowns.insert(0, RE_RENDERED_BASE.format(ref=args.base))
+    base = f"{args.base} as deployed ({args.base_state})" if args.deployed is not None else args.base
     review = report.Review(
-        args.stack, args.base, changes,
-        summary.summarize(old, new, changes, preflight=statuses, offline=args.offline and observed is None),
+        args.stack, base, changes, fleet,
         violations, len(new["resources"]), checked, kept_note(new), new_driver_images(old, new),
         policies=check.policies_run(policy_config),
         new_stack=_new_at(args) if args.base else None)
@@ -376,6 +394,9 @@ def register(commands) -> None:
     parser = commands.add_parser("preview", help="render + diff against a git ref + policies: the PR view")
     add_stack_arguments(parser)
     parser.add_argument("--base", metavar="GIT_REF", help="diff against the stack as it is at this ref")
+    parser.add_argument("--base-state", metavar="FILE",
+                        help="`pulumi stack export` of the stack as deployed: the base is the resources it holds and "
+                             "its outputs, with the inputs of --base (the commit deployed)")
     add_format_arguments(parser)
     parser.add_argument("--offline", action="store_true", help="skip the registry preflight and live discovery")
     parser.add_argument("--policy-config", metavar="FILE", help="policy pack config (JSON), as for `gpuctl check`")

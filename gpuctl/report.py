@@ -334,6 +334,9 @@ def summary_lines(summary: FleetSummary) -> list[str]:
         lines.append(f"  pool {row['pool']}: {row['instance']}, nodes {row['nodes']}, GPUs {row['GPUs']}, "
                      f"{row['OS / kernel']}")
         lines.append(f"    roll: {row['roll']}")
+    if summary.upgrade:
+        lines.append("OpenShift upgrade, driver by driver:")
+        lines += [f"  {line}" for line in summary.upgrade]
     lines.append("Kernels and drivers:")
     for kernel in summary.kernels:
         row = kernel_row(kernel)
@@ -504,6 +507,8 @@ def to_markdown(review: Review, limit: int = COMMENT_LIMIT) -> str:
         head.append("")
     if summary.release_before != summary.release_after and summary.release_after:
         head += [f"OpenShift release: {_arrow(summary.release_before, summary.release_after)}", ""]
+    if summary.upgrade:
+        head += ["#### OpenShift upgrade, driver by driver", "", *[f"- {_cell(line)}" for line in summary.upgrade], ""]
     head += ["#### Pools", "", *_cut(table([pool_row(pool, summary) for pool in summary.pools]), "pools"), ""]
     head += ["#### Kernels and drivers", "", *_cut(table([kernel_row(kernel) for kernel in summary.kernels]),
                                                      "kernels"), ""]

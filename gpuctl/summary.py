@@ -16,6 +16,7 @@ import yaml
 from components import labels
 from components.labels import GPU_RESOURCE
 from gpuctl.diff import NVIDIA_DRIVER, PROVIDER_REPLACED, PlanDiff, Step, object_name, refused_by_the_engine
+from gpuctl.upgrade import release_stages, served_by, shared
 
 POOL = "gpu-platform:index:GpuNodePool"
 ASG = "aws:autoscaling/group:Group"
@@ -113,7 +114,7 @@ class KernelChange:
     """One (os, kernel) with a driver in either revision."""
 
     key: str
-    change: str  # new | unchanged | image changed | kept | removed
+    change: str  # new | unchanged (also a kernel joining or leaving its OS's driver) | image changed | kept | removed
     image: str | None
     preflight: str
     pools_before: list[str]
@@ -184,6 +185,7 @@ class FleetSummary:
     unknowns: list[str]  # effects that depend on live cluster state that was not read
     engine_notes: list[str]  # where gpuctl and the engine may differ
     retirements: list[str] = field(default_factory=list)  # retired pools and tenants, and what retiring means
+    upgrade: list[str] = field(default_factory=list)  # an OpenShift release change: which driver serves which nodes
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -457,8 +459,8 @@ def _pool_change(name: str, before: PoolState | None, after: PoolState | None, s
         gpus_out = before.gpus
     if release[0] and release[1] and release[0] != release[1]:
         per = MCP_DEFAULT_MAX_UNAVAILABLE
-        phrases.append(f"OpenShift release {release[0]} -> {release[1]}: this stack only declares it (the drivers "
-                       "for its kernel); when you start the cluster upgrade, the Machine Config Operator reboots each "
+        phrases.append(f"OpenShift release {release[0]} -> {release[1]}: this stack only declares it (and any driver "
+                       "its nodes need); when you start the cluster upgrade, the Machine Config Operator reboots each "
                        f"node into the new kernel through the worker machine config pool, {per} node "
                        f"({_gpus(per * after.gpus_per_node)}) at a time unless its maxUnavailable says otherwise")
         gpus_out = per * after.gpus_per_node
@@ -543,6 +545,14 @@ def _kernels(old: dict[str, Any], new: dict[str, Any], old_pools: dict[str, Pool
             was, now = branch(images_before[key]), branch(images_after[key])
             if was and now and now < was:
                 note = f"driver branch {was} -> {now}: a downgrade"
+        driver = served_by(new if key in images_after else old, key)
+        if change in ("new", "kept", "removed") and driver and served_by(old, key) == served_by(new, key) and (
+                shared(new, key) or shared(old, key)):
+            # One driver for every kernel of the OS (built on each node): a kernel joining or leaving changes none.
+            change, leaving = "unchanged", []
+            note = (f"{'new to the stack' if key not in images_before else 'no pool boots it any more'}; its nodes "
+                    f"are served by {driver}, which selects every {key.split('/', 1)[0]} node whatever its kernel "
+                    "and stays: no driver change")
         if key in images_after and key not in kept and key not in after.get("declaredKernels", [key]):
             note = "nodes run it, but the stack declares it nowhere (cluster.kernel on OpenShift, a pool's kernel on " \
                    "Kubernetes)"
@@ -817,4 +827,4 @@ def summarize(old: dict[str, Any], new: dict[str, Any], diff: PlanDiff, *,
     return FleetSummary(new.get("stack", ""), release[0], release[1], pools, kernels, tenants, capacity,
                         _destructive(diff, pools, tenants, kernels) + downgrades,
                         _unknowns(diff, pools, kernels, offline), _engine_notes(diff),
-                        _retirements(pools, tenants, old, new))
+                        _retirements(pools, tenants, old, new), release_stages(old, new))

@@ -602,10 +602,14 @@ def _driver_pinned_to_kernel(args: ResourceValidationArgs, report: ReportViolati
     if dig(spec, "usePrecompiled") is True and not kernel:
         report(f"{name} runs a precompiled driver but is not pinned to a kernel, so the operator runs it on nodes of "
                f"any kernel; set spec.nodeSelector {labels.KERNEL_LABEL}: <kernel>, one NVIDIADriver per kernel", None)
-    release = [dig(spec, "nodeSelector", key) for key in (labels.OS_ID_LABEL, labels.OS_VERSION_LABEL)]
+    # The OS as the operator keys it: VERSION_ID, or for RHEL its major alone (gpu-operator v26.7.0
+    # internal/state/nodepool.go, getOSTag and getNodePools).
+    release = [dig(spec, "nodeSelector", labels.OS_ID_LABEL), dig(spec, "nodeSelector", labels.OS_VERSION_LABEL)
+               or dig(spec, "nodeSelector", labels.OS_VERSION_MAJOR_LABEL)]
     if not all(release):
         report(f"{name} is not pinned to an OS release, so the operator may run it on nodes of another OS; set "
-               f"spec.nodeSelector {labels.OS_ID_LABEL} and {labels.OS_VERSION_LABEL}", None)
+               f"spec.nodeSelector {labels.OS_ID_LABEL} and {labels.OS_VERSION_LABEL} (for RHEL "
+               f"{labels.OS_VERSION_MAJOR_LABEL})", None)
     version = str(dig(spec, "version") or "")
     image = str(dig(spec, "image") or "")
     if dig(spec, "usePrecompiled") is True and not _DRIVER_BRANCH.fullmatch(version):
@@ -702,7 +706,9 @@ def operand_reference(section: Mapping[str, Any]) -> str:
 def _driver_tag(spec: Mapping[str, Any], version: str) -> str:
     """The tag the operator pulls for an NVIDIADriver whose spec.version is `version`."""
     selector = dig(spec, "nodeSelector") or {}
-    os_id, os_version = selector.get(labels.OS_ID_LABEL), selector.get(labels.OS_VERSION_LABEL)
+    os_id = selector.get(labels.OS_ID_LABEL)
+    # RHEL is selected by its major alone, and tagged by it (gpu-operator v26.7.0 internal/state/nodepool.go, getOSTag).
+    os_version = selector.get(labels.OS_VERSION_LABEL) or selector.get(labels.OS_VERSION_MAJOR_LABEL)
     node_os = f"{os_id}{os_version}" if os_id and os_version else "<os>"
     if dig(spec, "usePrecompiled") is True:
         return f"{version}-{selector.get(labels.KERNEL_LABEL) or '<kernel>'}-{node_os}"

@@ -18,7 +18,7 @@ from pydantic_core import PydanticCustomError
 
 from components import labels
 from fleet.catalog import (HUGEPAGE_SIZES_MIB, INSTANCE_TYPES, KUBERNETES_OSES, MAX_HUGEPAGES_SHARE, NODE_OSES,
-                           OPENSHIFT_KUBERNETES, InstanceType)
+                           OPENSHIFT_KUBERNETES, OPENSHIFT_RELEASES, InstanceType)
 from fleet import sysctls
 from fleet.partitioning import SHARED_GPU, Partitioning, kind_of, layouts_for, mig_resource, profiles_of
 from fleet.cpusets import parse_cpuset
@@ -248,9 +248,15 @@ class ClusterConfig(StrictModel):
         if not self.release or not self.kernel:
             raise ValueError("release and kernel are required on OpenShift: the release (oc get clusterversion) and "
                              "the RHCOS kernel it ships (uname -r on a node), which every node runs")
-        if self.minor not in OPENSHIFT_KUBERNETES:
+        if self.minor not in OPENSHIFT_RELEASES:
             raise ValueError(f"release {self.release!r} is not supported; use OpenShift "
-                             f"{', '.join(OPENSHIFT_KUBERNETES)}")
+                             f"{', '.join(OPENSHIFT_RELEASES)}")
+        openshift = OPENSHIFT_RELEASES[self.minor]
+        if len(self.kernel) <= MAX_LABEL_VALUE and not openshift.is_kernel(self.kernel):
+            raise ValueError(f"kernel {self.kernel!r} is not an RHCOS kernel release (uname -r) of OpenShift "
+                             f"{self.minor}, whose RHCOS is built on RHEL 9.{openshift.rhel_minor} "
+                             f"(el9_{openshift.rhel_minor} kernels, e.g. {openshift.kernel_example!r}); write what "
+                             "uname -r prints on one of its nodes")
         _check_kernel(self.kernel, self.node_os, "an RHCOS")
         if self.nfd_operator_csv is None and self.minor not in labels.NFD_OLM_CSVS:
             raise ValueError(f"nfdOperatorCsv is required for OpenShift {self.minor}: the NFD operator version to pin, "
@@ -275,8 +281,8 @@ class ClusterConfig(StrictModel):
 
     @property
     def node_os(self) -> str:
-        """OpenShift: the RHCOS of the release (rhcos4.NN)."""
-        return f"rhcos{self.minor}"
+        """OpenShift: the node OS of the release as the GPU Operator keys it (rhcos4.18; rhel9 from 4.19)."""
+        return OPENSHIFT_RELEASES[self.minor].node_os
 
     @property
     def kernel_target(self) -> KernelTarget | None:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from components import labels
-from fleet.catalog import NODE_OSES, OS_BY_RELEASE
+from fleet.catalog import NODE_OSES, node_os_of
 from fleet.kernels import KernelTarget, ObservedNode
 from stacks.config import ConfigError
 
@@ -59,18 +59,19 @@ def node_list(observed: list[ObservedNode]) -> dict[str, Any]:
     nodes give the same document, whatever else the API server answered with."""
     items = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name, "labels": {
         labels.NVIDIA_PCI_LABEL: "true", labels.KERNEL_LABEL: node.target.kernel,
-        labels.OS_ID_LABEL: NODE_OSES[node.target.os].os_release_id,
-        labels.OS_VERSION_LABEL: NODE_OSES[node.target.os].os_release_version}}}
+        **NODE_OSES[node.target.os].node_labels()}}}
              for node in sorted(observed, key=lambda node: node.name)]
     return {"apiVersion": "v1", "kind": "NodeList", "items": items}
 
 
 def _observed_node(name: str, node_labels: Mapping[str, str], source: str) -> ObservedNode:
     kernel = node_labels.get(labels.KERNEL_LABEL)
-    release = (node_labels.get(labels.OS_ID_LABEL), node_labels.get(labels.OS_VERSION_LABEL))
+    # VERSION_ID as NFD sets it; a node list written by node_list carries only the major where the OS is keyed by it.
+    release = (node_labels.get(labels.OS_ID_LABEL),
+               node_labels.get(labels.OS_VERSION_LABEL) or node_labels.get(labels.OS_VERSION_MAJOR_LABEL))
     if not kernel:
         raise ConfigError(f"{source}: GPU node {name} has no {labels.KERNEL_LABEL} label; is NFD running on it?")
-    os_name = OS_BY_RELEASE.get(release)
+    os_name = node_os_of(*release)
     if os_name is None:
         raise ConfigError(
             f"{source}: GPU node {name} runs {release[0]} {release[1]}, which has no driver images here; "

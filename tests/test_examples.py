@@ -52,3 +52,16 @@ def test_the_queue_example_guarantees_what_its_tenants_declare(example: Plan) ->
         assert {kind: n for kind, n in guaranteed.items() if n} == {k: n for k, n in tenant["grants"].items() if n}
     assert example.kind("ResourceQuota") and not [quota for quota in example.kind("ResourceQuota")
                                                   if quota["metadata"]["name"] == "gpu-quota"]
+
+
+def test_there_is_an_example_on_a_current_openshift_release_whose_nodes_get_the_rhel9_driver() -> None:
+    from fleet.catalog import OPENSHIFT_RELEASES
+    from tests import operator_rules
+
+    example = Plan(render_plan(load_stack_file(ROOT / "examples" / "Pulumi.openshift-4-20.yaml")))
+    release = OPENSHIFT_RELEASES["4.20"]
+    node = {"feature.node.kubernetes.io/pci-10de.present": "true",
+            "feature.node.kubernetes.io/kernel-version.full": release.kernel_example, **release.nfd_labels()}
+
+    assert operator_rules.owners(example.kind("NVIDIADriver"), node) == ["nvidia-driver-rhel9"]
+    assert list(example.outputs["driverImages"].values()) == ["nvcr.io/nvidia/driver:580.95.05-rhel9"]

@@ -340,3 +340,16 @@ def test_offline_preview_keeps_the_base_plans_between_runs(preview):
     assert "${{ matrix.stack }}" in cache["with"]["key"] and "base.sha" in cache["with"]["key"]
     names = [step.get("name") for step in job["steps"]]
     assert names.index(cache["name"]) < names.index("gpuctl preview")
+
+
+def test_the_pr_workflow_previews_against_the_deployed_state_where_the_backend_is_configured(preview):
+    job = preview["jobs"]["deployed-preview"]
+    assert "vars.PULUMI_PREVIEW == 'true'" in job["if"] and "head.repo.full_name" in job["if"]
+    assert matrix_stacks(job) == SHIPPED_STACKS
+    export = next(step for step in job["steps"] if "pulumi stack export" in step.get("run", ""))
+    assert export["env"]["PULUMI_ACCESS_TOKEN"] == "${{ secrets.PULUMI_ACCESS_TOKEN }}"
+    state = shlex.split(export["run"])[-1]
+    run_step, arguments = gpuctl_preview(job)
+    assert option(arguments, "--base-state") == state and option(arguments, "--base") == "origin/${{ github.base_ref }}"
+    assert index_of(job, export) < index_of(job, run_step)
+    assert "--base-state" not in gpuctl_preview(preview["jobs"]["offline-preview"])[1], "that job has no credentials"

@@ -249,3 +249,44 @@ def test_toggling_precompiled_replaces_the_driver_rather_than_an_update_the_api_
     assert {"spec.usePrecompiled", "spec.driverType"} <= set(step.resource["options"]["replaceOnChanges"])
     old_name, new_name = step.old["inputs"]["metadata"]["name"], step.resource["inputs"]["metadata"]["name"]
     assert new_name == f"{old_name}-built"
+
+
+def _release_config(minor: str, precompiled: bool) -> dict[str, Any]:
+    from fleet.catalog import OPENSHIFT_RELEASES
+
+    config = stack_config("dev")
+    config["gpu-platform:cluster"].update(release=f"{minor}.3", kernel=OPENSHIFT_RELEASES[minor].kernel_example,
+                                          nfdOperatorCsv="nfd.4.18.0-202509240837")
+    if precompiled:
+        config["gpu-platform:driver"]["precompiled"] = True
+        del config["gpu-platform:driver"]["version"]
+    return config
+
+
+@pytest.mark.parametrize("precompiled", [False, True], ids=["driver-toolkit", "precompiled"])
+@pytest.mark.parametrize("minor", ["4.18", "4.19", "4.20", "4.21", "4.22"])
+def test_each_release_s_nodes_get_exactly_one_driver_and_the_image_the_preflight_checks(
+        minor: str, precompiled: bool) -> None:
+    """Nodes labelled as NFD labels that release's nodes: the operator finds exactly one NVIDIADriver for each, and
+    derives from the node's labels the image the preflight checks (the rules: tests/operator_rules.py)."""
+    from fleet.catalog import OPENSHIFT_RELEASES
+    from tests import operator_rules
+
+    release = OPENSHIFT_RELEASES[minor]
+    plan = render_stack("dev", _release_config(minor, precompiled))
+    node = {GPU_NODE: "true", KERNEL: release.kernel_example, **release.nfd_labels()}
+
+    [owner] = operator_rules.owners(drivers(plan), node)
+    driver = next(d for d in drivers(plan) if d["metadata"]["name"] == owner)
+    [checked] = plan.outputs["driverImages"].values()
+    assert operator_rules.image(driver, node) == checked
+    tag = "rhcos4.18" if minor == "4.18" else "rhel9"  # gpu-operator getOSTag: the major alone for rhel
+    assert checked.endswith(f"-{release.kernel_example}-{tag}" if precompiled else f"580.95.05-{tag}")
+
+
+def test_4_19_to_4_22_share_one_driver_toolkit_driver() -> None:
+    """RHEL-based RHCOS is keyed by the major version: one driver, nvidia-driver-rhel9, for 4.19 to 4.22; a driver
+    per release would select the same nodes, which the operator's validator refuses."""
+    names = {minor: [d["metadata"]["name"] for d in drivers(render_stack("dev", _release_config(minor, False)))]
+             for minor in ("4.19", "4.22")}
+    assert names == {"4.19": ["nvidia-driver-rhel9"], "4.22": ["nvidia-driver-rhel9"]}

@@ -22,7 +22,7 @@ LONG = "6.8.0-1021-aws" + "-custom" * 12
     ("ubuntu22.04", UBUNTU),
     ("ubuntu24.04", "6.8.0-1019-nvidia"),
     ("rhcos4.18", RHCOS),
-    ("rhcos4.20", "5.14.0-570.49.1.el9_6.aarch64"),
+    ("rhel9", "5.14.0-570.49.1.el9_6.aarch64"),
     ("ubuntu22.04", LONG),
     ("rhcos4.18", "5.14.0-427.87.1.el9_4.X86_64+DEBUG"),
 ])
@@ -50,7 +50,7 @@ def test_slug_is_distinct_for_distinct_targets() -> None:
     targets = {
         KernelTarget("ubuntu22.04", UBUNTU), KernelTarget("ubuntu24.04", UBUNTU),
         KernelTarget("ubuntu22.04", "6.8.0-1019-aws"), KernelTarget("ubuntu22.04", "6.8.0-1021-nvidia"),
-        KernelTarget("rhcos4.18", RHCOS), KernelTarget("rhcos4.19", RHCOS),
+        KernelTarget("rhcos4.18", RHCOS), KernelTarget("rhel9", RHCOS),
         KernelTarget("rhcos4.18", "5.14.0-427.65.1.el9_4.x86_64"),
         KernelTarget("rhcos4.18", "5.14.0-427.87.1.el9_4.aarch64"),
     }
@@ -101,7 +101,7 @@ def test_precompiled_image_is_branch_kernel_os(os: str, kernel: str, image: str)
 @pytest.mark.parametrize(("os", "kernel", "image"), [
     ("ubuntu22.04", UBUNTU, "nvcr.io/nvidia/driver:580.95.05-ubuntu22.04"),
     ("rhcos4.18", RHCOS, "nvcr.io/nvidia/driver:580.95.05-rhcos4.18"),
-    ("rhcos4.20", "5.14.0-570.49.1.el9_6.x86_64", "nvcr.io/nvidia/driver:580.95.05-rhcos4.20"),
+    ("rhel9", "5.14.0-570.49.1.el9_6.x86_64", "nvcr.io/nvidia/driver:580.95.05-rhel9"),
 ])
 def test_built_image_is_version_os_whatever_the_kernel(os: str, kernel: str, image: str) -> None:
     assert BUILT.image(KernelTarget(os, kernel)) == image

@@ -175,13 +175,15 @@ def test_an_openshift_release_change_creates_the_driver_of_its_kernel(dev_base):
     new = render("dev", config, previous=base_kernels(dev_base))
     diff = diff_plans(dev_base, new)
 
-    target = KernelTarget("rhcos4.19", new_kernel)
+    target = KernelTarget("rhel9", new_kernel)
     assert (dev_base["outputs"]["kubernetesVersion"], new["outputs"]["kubernetesVersion"]) == ("1.31", "1.32")
     created = [step.resource for step in diff.steps if step.op == "create"]
-    assert [(r["type"], r["inputs"]["metadata"]["name"]) for r in created] == [
-        (NVIDIA_DRIVER, "nvidia-driver-rhcos4-19")]  # one per RHCOS release: the Driver Toolkit builds per node
-    assert created[0]["inputs"]["spec"]["nodeSelector"][labels.OS_VERSION_LABEL] == "4.19"
-    assert new["outputs"]["driverImages"][target.key] == "nvcr.io/nvidia/driver:580.95.05-rhcos4.19"
+    # One per node OS as the operator keys it: 4.19's RHCOS reports ID=rhel, VERSION_ID=9.6, tagged rhel9.
+    assert [(r["type"], r["inputs"]["metadata"]["name"]) for r in created] == [(NVIDIA_DRIVER, "nvidia-driver-rhel9")]
+    selector = created[0]["inputs"]["spec"]["nodeSelector"]
+    assert (selector[labels.OS_ID_LABEL], selector[labels.OS_VERSION_MAJOR_LABEL]) == ("rhel", "9")
+    assert labels.OS_VERSION_LABEL not in selector
+    assert new["outputs"]["driverImages"][target.key] == "nvcr.io/nvidia/driver:580.95.05-rhel9"
     assert new["outputs"]["keptKernels"] == [old.key] and "delete" not in ops(diff)
     # Both pools wait for the new release's driver; neither MachineSet itself changes.
     assert not any(step.resource["type"].endswith(":MachineSet") for step in diff.steps)

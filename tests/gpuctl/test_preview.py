@@ -620,3 +620,15 @@ def test_a_config_file_the_base_does_not_hold_is_previewed_as_a_new_stack_and_sa
     assert text.returncode == 0, text.stderr
     assert text.stdout.splitlines()[0] == f"Previewing stack qa against HEAD ({stack} is not there: a new stack):"
     assert document["newStack"] == str(stack) and {step["op"] for step in document["steps"]} == {"create"}
+
+
+def test_a_preview_against_a_commit_says_its_base_is_a_re_render_and_what_that_cannot_see(repo):
+    result = preview(repo, "--stack", "dev", "--base", "HEAD", "--offline")
+    assert result.returncode == 0, result.stderr
+    [note] = [line for line in result.stdout.splitlines() if "re-rendered" in line]
+    assert note.strip().startswith("? the base is HEAD re-rendered with today's nodes, not the state last deployed")
+    assert "because nodes changed kernel or OS release since the last deploy" in note
+
+    new = preview(repo, "--stack", "dev", "--offline")  # a new deployment compares with nothing: no such note
+    assert new.returncode == 0, new.stderr
+    assert "re-rendered" not in new.stdout

@@ -226,3 +226,69 @@ def test_a_tenant_given_other_kinds_is_a_changed_tenant():
     [changed] = [t for t in summary.tenants if t.slices_before != t.slices_after]
     assert changed.name == "llm-training"
     assert "llm-training" in "\n".join(summary_lines(summary))
+
+
+def _openshift(release: str, kernel: str) -> dict:
+    config = stack_config("dev")
+    config["gpu-platform:cluster"].update(release=release, kernel=kernel, nfdOperatorCsv="nfd.4.19.0-202509240837")
+    return config
+
+
+def _release_change(old_config: dict, new_config: dict, observed: list[ObservedNode] | None = None):
+    from gpuctl.preview import kept_note, new_driver_images
+    from gpuctl.render import render_plan
+    from gpuctl.stackfile import stack_file_from_config
+
+    old = render_plan(stack_file_from_config("dev", old_config))
+    new = render_plan(stack_file_from_config("dev", new_config), observed, previous=base_kernels(old))
+    diff = diff_plans(old, new)
+    return diff, summarize(old, new, diff, offline=observed is None), kept_note(new), new_driver_images(old, new)
+
+
+RHCOS_418, RHEL_96, RHEL_96_LATER = ("5.14.0-427.87.1.el9_4.x86_64", "5.14.0-570.28.1.el9_6.x86_64",
+                                     "5.14.0-570.49.1.el9_6.x86_64")
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    (("4.18.24", RHCOS_418), ("4.18.30", "5.14.0-427.91.1.el9_4.x86_64")),  # a z-stream: a new RHCOS kernel
+    (("4.19.10", RHEL_96), ("4.20.1", RHEL_96_LATER)),  # a minor upgrade whose nodes stay RHEL 9
+    (("4.21.3", RHEL_96_LATER), ("4.22.9", "5.14.0-687.35.1.el9_8.x86_64")),  # RHEL 9.6 -> 9.8, still rhel9
+])
+def test_a_release_change_that_changes_no_driver_previews_no_driver_change_and_says_why(before, after):
+    diff, summary, kept, new_images = _release_change(_openshift(*before), _openshift(*after))
+
+    assert not [step for step in diff.steps if step.resource["type"].endswith("NVIDIADriver")]
+    assert {kernel.change for kernel in summary.kernels} == {"unchanged"}
+    assert all("no driver change" in kernel.note for kernel in summary.kernels)
+    assert kept == [] and new_images == {} and summary.destructive == []
+    assert not any("kept only for lack of a node inventory" in line for line in summary.unknowns)
+    [why, stages] = summary.upgrade
+    assert why.startswith(f"OpenShift {before[0]} -> {after[0]}") and "no driver changes" in why
+    assert stages.startswith("before, during and after the cluster upgrade every GPU node is served by nvidia-driver-")
+
+
+def test_a_4_18_to_4_19_upgrade_says_which_driver_serves_the_nodes_at_each_stage():
+    diff, summary, kept, new_images = _release_change(_openshift("4.18.24", RHCOS_418), _openshift("4.19.10", RHEL_96))
+
+    assert [(step.op, step.resource["inputs"]["metadata"]["name"]) for step in diff.steps
+            if step.resource["type"].endswith("NVIDIADriver")] == [("create", "nvidia-driver-rhel9")]
+    declared, before, during, after = summary.upgrade
+    assert "nvidia-driver-rhel9 is declared by this deploy, before the cluster upgrade starts" in declared
+    assert before == ("before the cluster upgrade: every GPU node runs 4.18.24 (rhcos4.18) and is served by "
+                      "nvidia-driver-rhcos4-18")
+    assert ("each rebooted node runs 4.19.10 (rhel9/5.14.0-570.28.1.el9_6.x86_64) and is served by "
+            "nvidia-driver-rhel9, each other node still by nvidia-driver-rhcos4-18") in during
+    assert after.startswith("after it: every GPU node is served by nvidia-driver-rhel9; nvidia-driver-rhcos4-18 is "
+                            "kept for lack of a node inventory") and after.endswith("shows no node on rhcos4.18")
+    assert new_images == {f"rhel9/{RHEL_96}": "nvcr.io/nvidia/driver:580.95.05-rhel9"}
+    assert len(kept) == 1
+
+
+def test_a_4_18_to_4_19_upgrade_with_an_inventory_keeps_the_old_driver_while_a_node_runs_4_18():
+    nodes = [ObservedNode("gpu-1", KernelTarget("rhcos4.18", RHCOS_418)),
+             ObservedNode("gpu-2", KernelTarget("rhel9", RHEL_96))]
+    diff, summary, _, _ = _release_change(_openshift("4.18.24", RHCOS_418), _openshift("4.19.10", RHEL_96), nodes)
+
+    assert not [step for step in diff.steps if step.op == "delete"]
+    assert summary.upgrade[-1].endswith("nvidia-driver-rhcos4-18 stays while nodes run rhcos4.18; it goes in the "
+                                        "first deploy whose inventory shows none")

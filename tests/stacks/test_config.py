@@ -527,17 +527,33 @@ def test_openshift_requires_release_and_kernel(drop: str) -> None:
     assert "release and kernel are required on OpenShift" in message
 
 
-@pytest.mark.parametrize(("release", "kubernetes"), [("4.18.24", "1.31"), ("4.19.10", "1.32"), ("4.20.1", "1.33")])
-def test_openshift_kubernetes_version_is_derived_from_the_release(release: str, kubernetes: str) -> None:
+@pytest.mark.parametrize(("release", "kernel", "kubernetes", "node_os"), [
+    ("4.18.24", "5.14.0-427.87.1.el9_4.x86_64", "1.31", "rhcos4.18"),
+    ("4.19.10", "5.14.0-570.28.1.el9_6.x86_64", "1.32", "rhel9"),
+    ("4.20.1", "5.14.0-570.49.1.el9_6.x86_64", "1.33", "rhel9"),
+    ("4.21.3", "5.14.0-570.49.1.el9_6.x86_64", "1.34", "rhel9"),
+    ("4.22.9", "5.14.0-687.35.1.el9_8.x86_64", "1.35", "rhel9")])
+def test_openshift_kubernetes_version_and_node_os_are_derived_from_the_release(
+        release: str, kernel: str, kubernetes: str, node_os: str) -> None:
     values = config_values("dev")
-    values["cluster"].update(release=release, nfdOperatorCsv="nfd.4.19.0-202509240837")
-    if not release.startswith("4.18."):  # 4.19 and 4.20 ship RHEL 9.6 kernels
-        values["cluster"]["kernel"] = "5.14.0-570.28.1.el9_6.x86_64"
+    values["cluster"].update(release=release, kernel=kernel, nfdOperatorCsv="nfd.4.19.0-202509240837")
 
     cluster = parse_stack_config(values).cluster
 
     assert cluster.kubernetes_version == kubernetes
-    assert cluster.node_os == f"rhcos{release.rsplit('.', 1)[0]}"
+    assert cluster.node_os == node_os
+
+
+@pytest.mark.parametrize(("release", "kernel", "rhel"), [
+    ("4.19.10", "5.14.0-427.87.1.el9_4.x86_64", "RHEL 9.6"), ("4.22.9", "5.14.0-570.49.1.el9_6.x86_64", "RHEL 9.8"),
+    ("4.18.24", "5.14.0-570.49.1.el9_6.x86_64", "RHEL 9.4")])
+def test_a_kernel_of_another_rhel_minor_than_the_release_is_refused(release: str, kernel: str, rhel: str) -> None:
+    message = config_error(lambda v: v["cluster"].update(release=release, kernel=kernel,
+                                                          nfdOperatorCsv="nfd.4.19.0-202509240837"))
+
+    assert message.startswith("gpu-platform:cluster:")
+    assert (f"is not an RHCOS kernel release (uname -r) of OpenShift {release.rsplit('.', 1)[0]}, whose RHCOS is built "
+            f"on {rhel}") in message
 
 
 def test_openshift_kubernetes_version_that_matches_is_accepted() -> None:
@@ -555,12 +571,12 @@ def test_openshift_kubernetes_version_mismatch_is_refused(version: str) -> None:
     assert f"kubernetesVersion {version!r} does not match OpenShift 4.18" in message and "1.31" in message
 
 
-@pytest.mark.parametrize("release", ["4.16.30", "4.17.2", "4.21.0"])
+@pytest.mark.parametrize("release", ["4.16.30", "4.17.2", "4.23.0"])
 def test_unsupported_openshift_release_is_refused(release: str) -> None:
     message = config_error(lambda v: v["cluster"].update(release=release))
 
     assert message.startswith("gpu-platform:cluster:")
-    assert f"release {release!r} is not supported" in message and "4.18" in message
+    assert f"release {release!r} is not supported" in message and "4.18, 4.19, 4.20, 4.21, 4.22" in message
 
 
 @pytest.mark.parametrize("release", ["4.18", "v4.18.24", "4.18.24-rc1"])
@@ -1135,10 +1151,10 @@ def test_every_format_a_value_must_have_has_a_fix() -> None:
 
 
 def test_an_el9_6_kernel_is_refused_on_openshift_4_18() -> None:
-    """OpenShift 4.18's RHCOS is built on RHEL 9.4 (el9_4 kernels); el9_6 kernels come with 4.19 and 4.20."""
+    """OpenShift 4.18's RHCOS is built on RHEL 9.4 (el9_4 kernels); el9_6 kernels come with 4.19 to 4.21."""
     message = config_error(lambda v: v["cluster"].update(kernel="5.14.0-570.28.1.el9_6.x86_64"))
 
-    assert "kernel '5.14.0-570.28.1.el9_6.x86_64' is not an RHCOS kernel release (uname -r) of rhcos4.18" in message
+    assert "kernel '5.14.0-570.28.1.el9_6.x86_64' is not an RHCOS kernel release (uname -r) of OpenShift 4.18" in message
     assert "e.g. '5.14.0-427.65.1.el9_4.x86_64'" in message
 
 

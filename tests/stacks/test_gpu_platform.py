@@ -40,11 +40,12 @@ NEW_PROD_KERNEL = "6.8.0-1024-aws"
 def drivers(plan: Plan) -> dict[KernelTarget, dict[str, Any]]:
     """NVIDIADrivers by the (os, kernel) their nodeSelector pins (ANY_KERNEL where it pins none)."""
     os_by_release = {("ubuntu", "22.04"): "ubuntu22.04", ("ubuntu", "24.04"): "ubuntu24.04",
-                     ("rhcos", "4.18"): "rhcos4.18", ("rhcos", "4.19"): "rhcos4.19", ("rhcos", "4.20"): "rhcos4.20"}
+                     ("rhcos", "4.18"): "rhcos4.18", ("rhel", "9"): "rhel9"}  # RHEL: by the major alone
     found = {}
     for resource in plan.of_type(NVIDIA_DRIVER):
         selector = resource["inputs"]["spec"]["nodeSelector"]
-        os = os_by_release[(selector[labels.OS_ID_LABEL], selector[labels.OS_VERSION_LABEL])]
+        version = selector.get(labels.OS_VERSION_LABEL) or selector[labels.OS_VERSION_MAJOR_LABEL]
+        os = os_by_release[(selector[labels.OS_ID_LABEL], version)]
         target = KernelTarget(os, selector.get(labels.KERNEL_LABEL, ANY_KERNEL))
         assert target not in found, f"two NVIDIADrivers for {target.key}"
         found[target] = resource
@@ -352,10 +353,10 @@ def test_openshift_release_upgrade_moves_the_driver_to_the_new_rhcos() -> None:
 
     plan = render_stack("dev", config)
 
-    target = KernelTarget("rhcos4.19", kernel)
-    assert set(drivers(plan)) == {KernelTarget("rhcos4.19", ANY_KERNEL)}
+    target = KernelTarget("rhel9", kernel)
+    assert set(drivers(plan)) == {KernelTarget("rhel9", ANY_KERNEL)}
     assert plan.outputs["kubernetesVersion"] == "1.32"
-    assert plan.outputs["driverImages"] == {target.key: "nvcr.io/nvidia/driver:580.95.05-rhcos4.19"}
+    assert plan.outputs["driverImages"] == {target.key: "nvcr.io/nvidia/driver:580.95.05-rhel9"}
 
 
 @pytest.fixture(scope="module")

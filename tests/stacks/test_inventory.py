@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from fleet.catalog import OPENSHIFT_RELEASES
 from fleet.kernels import KernelTarget, ObservedNode
 from stacks.config import ConfigError
 from stacks import inventory
@@ -62,12 +63,25 @@ def test_node_os_comes_from_nfd_os_release_labels() -> None:
     assert [n.target for n in observed] == [KernelTarget("ubuntu22.04", UBUNTU), KernelTarget("ubuntu24.04", UBUNTU)]
 
 
-@pytest.mark.parametrize(("version", "kernel"), [("4.19", "5.14.0-570.28.1.el9_6.x86_64"),
-                                                 ("4.20", "5.14.0-570.49.1.el9_6.aarch64")])
-def test_rhcos_nodes_of_each_supported_release_are_read(version: str, kernel: str) -> None:
-    [observed] = parse_node_list(node_list(node("gpu-a", kernel=kernel, version=version)), "nodes.json")
+@pytest.mark.parametrize(("minor", "kernel", "os_name"), [
+    ("4.18", RHCOS, "rhcos4.18"),
+    ("4.19", "5.14.0-570.28.1.el9_6.x86_64", "rhel9"), ("4.20", "5.14.0-570.49.1.el9_6.aarch64", "rhel9"),
+    ("4.21", "5.14.0-570.49.1.el9_6.x86_64", "rhel9"), ("4.22", "5.14.0-687.35.1.el9_8.x86_64", "rhel9")])
+def test_nodes_of_each_supported_openshift_release_are_read_as_the_operator_keys_them(
+        minor: str, kernel: str, os_name: str) -> None:
+    labelled = node("gpu-a", kernel=kernel)
+    labelled["metadata"]["labels"].update(OPENSHIFT_RELEASES[minor].nfd_labels())
 
-    assert observed == ObservedNode("gpu-a", KernelTarget(f"rhcos{version}", kernel))
+    [observed] = parse_node_list(node_list(labelled), "nodes.json")
+
+    assert observed == ObservedNode("gpu-a", KernelTarget(os_name, kernel))
+
+
+def test_a_node_list_written_for_the_cache_reads_back_the_same_nodes() -> None:
+    nodes = [ObservedNode("gpu-a", KernelTarget("rhel9", "5.14.0-570.28.1.el9_6.x86_64")),
+             ObservedNode("gpu-b", KernelTarget("rhcos4.18", RHCOS))]
+
+    assert parse_node_list(inventory.node_list(nodes), "nodes.json") == nodes
 
 
 def test_cpu_nodes_need_no_nfd_labels() -> None:

@@ -1,0 +1,62 @@
+"""The deployed state as a preview's base: `pulumi stack export` says which resources exist and what the stack's
+outputs were at the last deploy, which a re-render of the base commit (with today's nodes) cannot know."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from stacks.config import ConfigError
+
+ROOT_STACK = "pulumi:pulumi:Stack"
+_FIX = "write it with `pulumi stack export --stack <stack> --file FILE`"
+
+
+def read_state(path: str) -> list[dict[str, Any]]:
+    """The resources of a `pulumi stack export` file; one line naming the option and the fix when it is not one."""
+    try:
+        document = json.loads(Path(path).read_text())
+    except OSError as error:
+        raise ConfigError(f"--base-state {path}: {error.strerror or error}; {_FIX}") from None
+    except ValueError:
+        raise ConfigError(f"--base-state {path}: not JSON; {_FIX}") from None
+    deployment = document.get("deployment") if isinstance(document, dict) else None
+    resources = (deployment or {}).get("resources", []) if isinstance(deployment, dict) else None
+    if not isinstance(resources, list) or not all(isinstance(r, dict) and isinstance(r.get("urn"), str)
+                                                  and isinstance(r.get("type"), str) for r in resources):
+        raise ConfigError(f"--base-state {path}: not a stack export (no deployment.resources); {_FIX}")
+    return resources
+
+
+def as_deployed(rendered: dict[str, Any], resources: list[dict[str, Any]], stack: str) -> dict[str, Any]:
+    """The base plan as deployed: the resources the state holds, with the inputs of the base commit's render where
+    it has them (the state's own inputs otherwise), and the stack outputs of the last deploy.
+
+    Raises:
+        ConfigError: the state is another stack's.
+    """
+    prefix = f"urn:pulumi:{stack}::{rendered.get('project', '')}::"
+    ours = [r for r in resources if r["type"] != ROOT_STACK and not r["type"].startswith("pulumi:providers:")]
+    if ours and not all(r["urn"].startswith(prefix) for r in ours):
+        other = next(r["urn"] for r in ours if not r["urn"].startswith(prefix))
+        raise ConfigError(f"--base-state: the export holds {other}, not a resource of stack {stack}; export the "
+                          f"stack you preview (`pulumi stack export --stack {stack}`)")
+    deployed = {r["urn"] for r in ours}
+    kept = [r for r in rendered["resources"] if r["urn"] in deployed or r["type"].startswith("pulumi:providers:")]
+    known = {r["urn"] for r in kept}
+    added = [_resource(r, known | deployed) for r in ours if r["urn"] not in known]
+    root = next((r for r in resources if r["type"] == ROOT_STACK), {})
+    outputs = {**rendered.get("outputs", {}), **(root.get("outputs") or {})}
+    return {**rendered, "resources": kept + added, "outputs": outputs}
+
+
+def _resource(state: dict[str, Any], present: set[str]) -> dict[str, Any]:
+    """A resource of the state in the plan's shape (plan.json, DESIGN.md)."""
+    parent = state.get("parent")
+    return {"urn": state["urn"], "type": state["type"], "name": state["urn"].rsplit("::", 1)[-1],
+            "custom": bool(state.get("custom")), "parent": parent if parent in present else None,
+            "dependencies": [urn for urn in state.get("dependencies") or [] if urn in present],
+            "provider": state.get("provider"), "inputs": state.get("inputs") or {},
+            "options": {"replaceOnChanges": [], "deleteBeforeReplace": False, "protect": bool(state.get("protect")),
+                        "ignoreChanges": []}}

@@ -1,0 +1,114 @@
+"""gpuctl preview --base-state: the base is what the last deploy left, as `pulumi stack export` holds it.
+
+The export here is a stand-in written in the engine's export shape (deployment.resources with urn, type, custom,
+parent, dependencies, inputs, protect; the root stack resource's outputs) from a render; the engine lifecycle suite
+compares gpuctl with `pulumi preview` on a real export.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.preview import committed_project
+from fleet.kernels import KernelTarget, ObservedNode
+from gpuctl.deployed import as_deployed, read_state
+from stacks.config import ConfigError
+from stacks.inventory import node_list
+from tests.conftest import render_stack
+
+STALE = "6.8.0-1018-aws"  # a kernel nodes ran at the last deploy, which no pool declares
+PROD_NODES = [ObservedNode(f"gpu-{kernel}", KernelTarget("ubuntu22.04", kernel))
+              for kernel in ("6.8.0-1019-aws", "6.8.0-1021-aws")]
+
+
+def export(plan: dict[str, Any]) -> dict[str, Any]:
+    """A plan as `pulumi stack export` shapes the state it leaves."""
+    root = f"urn:pulumi:{plan['stack']}::{plan['project']}::pulumi:pulumi:Stack::{plan['project']}-{plan['stack']}"
+    resources = [{"urn": root, "custom": False, "type": "pulumi:pulumi:Stack", "outputs": plan["outputs"]}]
+    resources += [{"urn": r["urn"], "custom": r["custom"], "type": r["type"], "parent": r["parent"] or root,
+                   "dependencies": r["dependencies"], "inputs": r["inputs"], "outputs": r["inputs"],
+                   "protect": r["options"]["protect"]} for r in plan["resources"]]
+    return {"version": 3, "deployment": {"manifest": {"version": "3.272.0"}, "resources": resources}}
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    return committed_project(tmp_path_factory.mktemp("deployed") / "repo")
+
+
+def preview(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpuctl", "preview", *args], cwd=repo, capture_output=True,
+                          text=True)
+
+
+def test_a_driver_the_last_deploy_kept_for_nodes_that_moved_on_is_deleted_and_said_why(repo, tmp_path):
+    """Nodes ran a kernel at the last deploy, so it kept that kernel's driver; they have moved on since. The next
+    change deletes it under `pulumi up`: previewed against the deployed state, gpuctl shows the delete and why."""
+    stale = ObservedNode("gpu-old", KernelTarget("ubuntu22.04", STALE))
+    deployed = render_stack("prod", observed=[*PROD_NODES, stale])
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps(export(deployed.document)))
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps(node_list(PROD_NODES)))
+    common = ("--stack", "prod", "--base", "HEAD", "--offline", "--observed-nodes", str(nodes))
+
+    result = preview(repo, *common, "--base-state", str(state), "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert {step["name"]: step["op"] for step in document["steps"]} == {f"driver-ubuntu22-04-{STALE.replace('.', '-')}":
+                                                                        "delete"}
+    [leaving] = document["summary"]["destructive"]
+    assert leaving["what"] == f"driver nvidia-driver-ubuntu22-04-{STALE.replace('.', '-')} deleted"
+    assert leaving["takes_away"].startswith(f"the GPU driver of every node on kernel ubuntu22.04/{STALE} (no pool "
+                                            "boots it and ")
+    assert leaving["takes_away"].endswith(" shows no node on it)")
+
+    text = preview(repo, *common, "--base-state", str(state)).stdout
+    assert "Previewing stack prod against HEAD as deployed" in text and "re-rendered" not in text
+    # The same change against the commit alone cannot see it, and says so.
+    rerendered = preview(repo, *common, "--json")
+    assert rerendered.returncode == 0, rerendered.stderr
+    assert json.loads(rerendered.stdout)["steps"] == []
+    assert "re-rendered with today's nodes" in preview(repo, *common).stdout
+
+
+def test_a_resource_the_commit_has_but_the_state_lacks_is_created():
+    plan = render_stack("prod").document
+    state = export(plan)["deployment"]["resources"]
+    dropped = next(r for r in state if r["type"].endswith("NVIDIADriver"))
+    state.remove(dropped)
+    base = as_deployed(plan, state, "prod")
+    assert dropped["urn"] not in {r["urn"] for r in base["resources"]}
+    assert len(base["resources"]) == len(plan["resources"]) - 1
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("{", "not JSON"), ('{"deployment": {}}', None), ('{"version": 3}', "not a stack export"),
+    ('{"deployment": {"resources": [{"type": "x"}]}}', "not a stack export")])
+def test_a_file_that_is_no_stack_export_is_refused_in_one_line(tmp_path, text, message):
+    path = tmp_path / "state.json"
+    path.write_text(text)
+    if message is None:  # a stack never deployed: no resources
+        assert read_state(str(path)) == []
+        return
+    with pytest.raises(ConfigError, match=rf"--base-state {path}: {message}.*pulumi stack export"):
+        read_state(str(path))
+
+
+def test_another_stack_s_export_is_refused():
+    plan = render_stack("prod").document
+    with pytest.raises(ConfigError, match="not a resource of stack staging"):
+        as_deployed({**plan, "stack": "staging"}, export(plan)["deployment"]["resources"], "staging")
+
+
+def test_base_state_needs_base_and_exits_2_writing_nothing(repo, tmp_path):
+    result = preview(repo, "--stack", "prod", "--offline", "--base-state", str(tmp_path / "state.json"))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines()[-1].endswith("pass --base <that commit>")
+    assert "Traceback" not in result.stderr
