@@ -65,22 +65,12 @@ def check_byo_nodes(pools: Sequence[NodePoolConfig], nodes: dict[str, list[LiveN
             raise ByoNodesError(
                 f"{PROJECT}:nodePools: pool {pool.name!r} nodes {', '.join(untainted)} lack the GPU taint {TAINT}, "
                 f"so any pod could run there; taint them: kubectl taint nodes {' '.join(untainted)} {TAINT}")
-        config = labels.DEVICE_PLUGIN_CONFIG_LABEL
-        if pool.time_slicing_replicas:
-            unlabelled = sorted(node.name for node in found if node.labels.get(config) != pool.name)
+        for key, value, why in _required_labels(pool):
+            unlabelled = sorted(node.name for node in found if node.labels.get(key) != value)
             if unlabelled:
                 raise ByoNodesError(
-                    f"{PROJECT}:nodePools: pool {pool.name!r} shares GPUs (timeSlicingReplicas) but nodes "
-                    f"{', '.join(unlabelled)} do not select its device-plugin config; label them: kubectl label "
-                    f"nodes {' '.join(unlabelled)} --overwrite {config}={pool.name}")
-        layout = labels.MIG_CONFIG_LABEL
-        if pool.mig_layout:
-            unlabelled = sorted(node.name for node in found if node.labels.get(layout) != pool.mig_layout)
-            if unlabelled:
-                raise ByoNodesError(
-                    f"{PROJECT}:nodePools: pool {pool.name!r} slices its GPUs by MIG layout {pool.mig_layout} but "
-                    f"nodes {', '.join(unlabelled)} do not carry it, so the MIG manager keeps their GPUs as they are; "
-                    f"label them: kubectl label nodes {' '.join(unlabelled)} --overwrite {layout}={pool.mig_layout}")
+                    f"{PROJECT}:nodePools: pool {pool.name!r} {why} but nodes {', '.join(unlabelled)} do not carry "
+                    f"{key}={value}; label them: kubectl label nodes {' '.join(unlabelled)} --overwrite {key}={value}")
         if pool.dedicated_to:
             dedicated = f"{labels.DEDICATED_TAINT_KEY}={pool.name}:NoSchedule"
             open_nodes = sorted(node.name for node in found if dedicated not in node.taints)
@@ -93,6 +83,19 @@ def check_byo_nodes(pools: Sequence[NodePoolConfig], nodes: dict[str, list[LiveN
             warnings.append(f"pool {pool.name!r} declares {pool.replicas} nodes but {len(found)} match "
                             f"{selector(pool)}; quotas and policies count {pool.replicas}")
     return warnings
+
+
+def _required_labels(pool: NodePoolConfig) -> list[tuple[str, str, str]]:
+    """(label, value, why) the pool's nodes must carry: the device-plugin config of a pool that shares its GPUs, the
+    layout of one that slices them (which NVIDIA's MIG manager applies)."""
+    required = []
+    if pool.time_slicing_replicas:
+        required.append((labels.DEVICE_PLUGIN_CONFIG_LABEL, pool.name,
+                         "shares GPUs (timeSlicingReplicas), which its nodes' device-plugin config must say,"))
+    if pool.mig_layout:
+        required.append((labels.MIG_CONFIG_LABEL, pool.mig_layout,
+                         f"slices its GPUs by MIG layout {pool.mig_layout}, which the MIG manager applies by label,"))
+    return required
 
 
 def selector(pool: NodePoolConfig) -> str:

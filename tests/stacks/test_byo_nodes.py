@@ -42,7 +42,7 @@ def test_an_untainted_node_is_refused_with_the_command_that_taints_it() -> None:
 def test_a_shared_pools_node_must_select_the_pools_device_plugin_config() -> None:
     nodes = as_declared()
     nodes["l40s-inference"][2] = node("l40s-2", "l40s-inference")
-    with pytest.raises(ByoNodesError, match=r"nodes l40s-2 do not select its device-plugin config; label them: "
+    with pytest.raises(ByoNodesError, match=r"nodes l40s-2 do not carry nvidia.com/device-plugin.config=l40s-inference; label them: "
                                             r"kubectl label nodes l40s-2 --overwrite "
                                             r"nvidia.com/device-plugin.config=l40s-inference$"):
         check_byo_nodes(POOLS, nodes)
