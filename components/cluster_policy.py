@@ -46,6 +46,7 @@ class ClusterPolicyStackArgs:
     device_plugin_config: tuple[str, str]
     service_monitor: bool = False
     service_monitor_labels: dict[str, str] = field(default_factory=dict)
+    mig_config: str | None = None  # the stack's own mig-parted config (MigPartedConfig), where a pool needs one
 
 
 class ClusterPolicyStack(pulumi.ComponentResource):
@@ -92,8 +93,9 @@ class ClusterPolicyStack(pulumi.ComponentResource):
             # MIG-capable nodes that no pool gives a layout get MIG off (the operator labels them with this default,
             # the CRD's migManager.config.default); the layouts themselves are the MIG manager's own (generated from
             # the hardware, the shipped default-mig-parted-config its fallback: controllers/object_controls.go
-            # TransformMigManager), so no config name is set.
-            "migManager": {"enabled": True, **images["migManager"], "config": {"default": MIG_DISABLED}},
+            # TransformMigManager), unless a pool gives its own layout: then the stack's config, named here.
+            "migManager": {"enabled": True, **images["migManager"], "config": {
+                "default": MIG_DISABLED, **({"name": args.mig_config} if args.mig_config else {})}},
             # Mixed: each MIG profile under its own name (nvidia.com/mig-<profile>), whole GPUs as nvidia.com/gpu.
             "mig": {"strategy": "mixed"},
             "nodeStatusExporter": {"enabled": False},

@@ -97,7 +97,7 @@ class Stack:
             if config.time_slicing_replicas:
                 node_labels[labels.DEVICE_PLUGIN_CONFIG_LABEL] = pool
             if config.mig_layout:
-                node_labels[labels.MIG_CONFIG_LABEL] = config.mig_layout
+                node_labels[labels.MIG_CONFIG_LABEL] = config.partitioning.mig_layout
             dedicated = [labels.dedicated_taint(pool)] if config.dedicated_to else []
             return node_labels, [dict(labels.GPU_TAINT), *dedicated]
         for resource in self.plan.resources:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -42,6 +43,15 @@ MIG_LAYOUTS: dict[str, dict[str, dict[str, int]]] = {
 # The layout the operator gives MIG-capable nodes that no pool labels (ClusterPolicy migManager.config.default):
 # MIG off, every GPU whole.
 MIG_DISABLED = "all-disabled"
+# Each MIG-capable GPU's PCI device ID as mig-parted's device-filter names it (the same file's all-balanced entries,
+# under each GPU's heading), for layouts of this stack's own mig-parted config that hold for one GPU only.
+PCI_DEVICE_IDS = {"NVIDIA-A100-SXM4-40GB": "0x20B010DE", "NVIDIA-A100-SXM4-80GB": "0x20B210DE",
+                  "NVIDIA-H100-80GB-HBM3": "0x233010DE", "NVIDIA-H200": "0x233510DE"}
+# A GPU has 7 compute slices and 8 memory slices; a profile `<c>g.<m>gb` takes c of the first and m GB's share of
+# the second (NVIDIA's MIG user guide, "Supported MIG profiles"); a `+me` profile takes the GPU's one media engine.
+COMPUTE_SLICES, MEMORY_SLICES = 7, 8
+CUSTOM_LAYOUT_PREFIX = "custom-"  # a pool's own layout is named custom-<pool>
+_PROFILE = re.compile(r"([1-7])g\.([0-9]+)gb(\+me)?")
 
 
 def mig_resource(profile: str) -> str:
@@ -64,12 +74,35 @@ def kind_of(resource: str) -> str:
     return f"MIG {resource.removeprefix(MIG_PREFIX)}"
 
 
+def custom_layout_problem(gpu_model: str, gpu_memory_gib: int, devices: Mapping[str, int]) -> str | None:
+    """Why a custom layout (MIG devices per GPU) does not fit a GPU, or None: each profile one the GPU offers, at
+    most 7 compute and 8 memory slices together, at most one media-engine profile."""
+    if not devices:
+        return "names no MIG profile"
+    offered = profiles_of(gpu_model)
+    unknown = sorted(set(devices) - set(offered))
+    if unknown:
+        return f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a profile of {gpu_model}"
+    compute = memory = engines = 0
+    for profile, count in devices.items():
+        slices, gigabytes, engine = _PROFILE.fullmatch(profile).groups()
+        compute += int(slices) * count
+        memory += round(int(gigabytes) * MEMORY_SLICES / gpu_memory_gib) * count
+        engines += count if engine else 0
+    if compute > COMPUTE_SLICES or memory > MEMORY_SLICES or engines > 1:
+        return (f"takes {compute} compute slices, {memory} memory slices and {engines} media engines of one GPU, "
+                f"which has {COMPUTE_SLICES}, {MEMORY_SLICES} and 1")
+    return None
+
+
 @dataclass(frozen=True)
 class Partitioning:
-    """How a pool's GPUs are cut: whole (neither set), time-sliced `shares` per GPU, or a named MIG `layout`."""
+    """How a pool's GPUs are cut: whole (neither set), time-sliced `shares` per GPU, or a MIG `layout`: one of NVIDIA's
+    by name, or the stack's own (`mig_devices`, per GPU, named after the pool)."""
 
     shares: int | None = None
     mig_layout: str | None = None
+    mig_devices: tuple[tuple[str, int], ...] = ()
 
     @property
     def kind(self) -> str:
@@ -83,11 +116,16 @@ class Partitioning:
     def advertised(self, gpu_model: str, gpus: int) -> dict[str, int]:
         """What one node with `gpus` GPUs of `gpu_model` advertises, by extended resource."""
         if self.mig_layout:
-            devices = MIG_LAYOUTS[gpu_model][self.mig_layout]
+            devices = self.devices(gpu_model)
             return {mig_resource(profile): count * gpus for profile, count in sorted(devices.items())}
         if self.shares:
             return {SHARED_GPU: gpus * self.shares}
         return {GPU: gpus}
+
+
+    def devices(self, gpu_model: str) -> dict[str, int]:
+        """The MIG devices the layout makes on one GPU of `gpu_model`."""
+        return dict(self.mig_devices) if self.mig_devices else dict(MIG_LAYOUTS[gpu_model][self.mig_layout])
 
 
 def layouts_for(gpu_model: str) -> Mapping[str, Mapping[str, int]]:

@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -32,7 +33,7 @@ from components import labels
 from components.images import ImageName
 from fleet import sysctls
 from fleet.catalog import INSTANCE_TYPES, MAX_HUGEPAGES_SHARE
-from fleet.partitioning import GPU, SHARED_GPU, Partitioning, is_gpu_resource, kind_of, layouts_for
+from fleet.partitioning import GPU, PCI_DEVICE_IDS, Partitioning, is_gpu_resource, kind_of, layouts_for
 from policy.index import index
 
 DEFAULT_OVERCOMMIT = 1.0
@@ -212,7 +213,37 @@ def device_plugin_sharing(resources: Iterable[PolicyResource]) -> dict[str, int]
     return sharing
 
 
-def pool_capacity(pool: PolicyResource, sharing: Mapping[str, int]) -> dict[str, int]:
+def mig_parted_layouts(resources: Iterable[PolicyResource]) -> dict[str, list[Mapping[str, Any]]]:
+    """The entries of each layout of the stack's own mig-parted config, the one the ClusterPolicy names for the MIG
+    manager (spec.migManager.config.name); empty where it names none (the operator's own layouts)."""
+    found = index(resources)
+    names = {dig(policy.props, "spec", "migManager", "config", "name") for policy in found.of_kind("ClusterPolicy")}
+    layouts: dict[str, list[Mapping[str, Any]]] = {}
+    for config_map in found.of_kind("ConfigMap"):
+        if dig(config_map.props, "metadata", "name") not in names - {None}:
+            continue
+        try:
+            document = yaml.safe_load(str((config_map.props.get("data") or {}).get("config.yaml") or ""))
+        except yaml.YAMLError:
+            continue
+        for name, entries in (dig(document, "mig-configs") or {}).items():
+            layouts[name] = [entry for entry in items(entries) if isinstance(entry, Mapping)]
+    return layouts
+
+
+def layout_devices(layout: str | None, model: str, own: Mapping[str, list[Mapping[str, Any]]]) -> dict[str, int]:
+    """The MIG devices one GPU of `model` gets from `layout`: the stack's own config's entry for the GPU's device ID
+    where it has the layout, else NVIDIA's table; none for an unknown layout."""
+    for entry in own.get(layout or "", []):
+        device_filter = entry.get("device-filter")
+        filters = [device_filter] if isinstance(device_filter, str) else list(items(device_filter))
+        if entry.get("mig-enabled") and (not filters or PCI_DEVICE_IDS.get(model) in filters):
+            return {str(profile): whole(count) or 0 for profile, count in (entry.get("mig-devices") or {}).items()}
+    return dict(layouts_for(model).get(layout or "", {}))
+
+
+def pool_capacity(pool: PolicyResource, sharing: Mapping[str, int],
+                  own_layouts: Mapping[str, list[Mapping[str, Any]]] = MappingProxyType({})) -> dict[str, int]:
     """What a pool advertises at its configured size, per kind: an Auto Scaling Group's node template says it (one
     resource tag per kind); a MachineSet's GPU annotation counts physical GPUs, which the config its nodes select
     shares or the MIG layout they carry slices (fleet.partitioning).
@@ -228,8 +259,9 @@ def pool_capacity(pool: PolicyResource, sharing: Mapping[str, int]) -> dict[str,
         instance = INSTANCE_TYPES.get(str(dig(pool.props, "spec", "template", "spec", "providerSpec", "value",
                                               "instanceType")))
         model = instance.gpu_model if instance else node_labels.get(labels.MACHINESET_GPU_TYPE_LABEL, "")
+        devices = layout_devices(layout, model, own_layouts)
         partitioning = Partitioning(shares=sharing.get(node_labels.get(labels.DEVICE_PLUGIN_CONFIG_LABEL)),
-                                    mig_layout=layout if layout in layouts_for(model) else None)
+                                    mig_layout=layout if devices else None, mig_devices=tuple(sorted(devices.items())))
         per_node = partitioning.advertised(model, gpus_per_node(pool))
     else:
         configured = asg_tags(pool.props).get(labels.CONFIGURED_NODES)
@@ -480,8 +512,9 @@ def queue_pools(resources: Sequence[PolicyResource]) -> list[PoolView]:
     nodes' GPU taint is checked live under `pulumi up`)."""
     found = index(resources)
     sharing = device_plugin_sharing(resources)
+    own_layouts = mig_parted_layouts(resources)
     views = [PoolView(pool, describe(pool.resource_type, pool.props), pool_node_labels(pool), pool_taints(pool),
-                      pool_capacity(pool, sharing)) for pool in gpu_pools(found.selected(is_pool))]
+                      pool_capacity(pool, sharing, own_layouts)) for pool in gpu_pools(found.selected(is_pool))]
     for pool in found.of_type(POOL_COMPONENT):
         brought = pool.props.get("bringYourOwn")
         if isinstance(brought, Mapping):

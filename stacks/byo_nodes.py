@@ -92,9 +92,10 @@ def _required_labels(pool: NodePoolConfig) -> list[tuple[str, str, str]]:
     if pool.time_slicing_replicas:
         required.append((labels.DEVICE_PLUGIN_CONFIG_LABEL, pool.name,
                          "shares GPUs (timeSlicingReplicas), which its nodes' device-plugin config must say,"))
-    if pool.mig_layout:
-        required.append((labels.MIG_CONFIG_LABEL, pool.mig_layout,
-                         f"slices its GPUs by MIG layout {pool.mig_layout}, which the MIG manager applies by label,"))
+    layout = pool.partitioning.mig_layout
+    if layout:
+        required.append((labels.MIG_CONFIG_LABEL, layout,
+                         f"slices its GPUs by MIG layout {layout}, which the MIG manager applies by label,"))
     return required
 
 

@@ -20,7 +20,8 @@ from components import labels
 from fleet.catalog import (HUGEPAGE_SIZES_MIB, INSTANCE_TYPES, KUBERNETES_OSES, MAX_HUGEPAGES_SHARE, NODE_OSES,
                            OPENSHIFT_KUBERNETES, OPENSHIFT_RELEASES, InstanceType)
 from fleet import sysctls
-from fleet.partitioning import SHARED_GPU, Partitioning, kind_of, layouts_for, mig_resource, profiles_of
+from fleet.partitioning import (CUSTOM_LAYOUT_PREFIX, SHARED_GPU, Partitioning, custom_layout_problem, kind_of,
+                                layouts_for, mig_resource, profiles_of)
 from fleet.cpusets import parse_cpuset
 from fleet.kernels import DriverRelease, KernelTarget
 
@@ -438,9 +439,10 @@ class NodePoolConfig(StrictModel):
     time_slicing_replicas: Int | None = Field(default=None, ge=2, le=64, description=(
         "share each GPU of the pool between this many pods, advertised as nvidia.com/gpu.shared (one per "
         "container); unset: whole GPUs"))
-    mig_layout: str | None = Field(default=None, description=(
-        "cut each GPU into MIG slices by this layout of NVIDIA's MIG manager (e.g. all-1g.10gb, all-balanced), "
-        "advertised as nvidia.com/mig-<profile>; unset: whole GPUs"))
+    mig_layout: str | dict[str, Annotated[Int, Field(ge=1, le=7)]] | None = Field(default=None, description=(
+        "cut each GPU into MIG slices by this layout of NVIDIA's MIG manager (e.g. all-1g.10gb, all-balanced), or by "
+        "the MIG devices of one GPU (e.g. {3g.40gb: 1, 1g.10gb: 4}), advertised as nvidia.com/mig-<profile>; unset: "
+        "whole GPUs"))
     dedicated_to: tuple[str, ...] | None = Field(default=None, min_length=1, description=(
         "tenants the pool is reserved for: its nodes carry a second taint only their pods may tolerate"))
     subnet_id: str | None = Field(default=None, pattern=r"^subnet-[0-9a-f]{8,17}$",
@@ -508,14 +510,25 @@ class NodePoolConfig(StrictModel):
             capable = ", ".join(name for name, instance in INSTANCE_TYPES.items() if layouts_for(instance.gpu_model))
             raise ValueError(f"migLayout {self.mig_layout!r}: the pool's GPU {model} has no MIG; share it with "
                              f"timeSlicingReplicas instead, or use a MIG-capable type ({capable})")
-        if self.mig_layout not in layouts:
+        if isinstance(self.mig_layout, dict):
+            problem = custom_layout_problem(model, self.instance.gpu_memory_gib, self.mig_layout)
+            if problem:
+                raise ValueError(f"migLayout {self.mig_layout}: {problem}; its profiles are "
+                                 f"{', '.join(profiles_of(model))}")
+        elif self.mig_layout not in layouts:
             offered = ", ".join(f"{name} ({', '.join(f'{count}x {profile}' for profile, count in devices.items())})"
                                 for name, devices in layouts.items())
             raise ValueError(f"migLayout {self.mig_layout!r} is not a layout a {model} can hold; its profiles are "
-                             f"{', '.join(profiles_of(model))}, in the layouts {offered}")
+                             f"{', '.join(profiles_of(model))}, in the layouts {offered}; or give the MIG devices of "
+                             "one GPU, e.g. {" + f"{profiles_of(model)[0]}: 1" + "}")
 
     @property
     def partitioning(self) -> Partitioning:
+        """A custom MIG layout is named after the pool (the label its nodes carry, and its entry in the stack's own
+        mig-parted config)."""
+        if isinstance(self.mig_layout, dict):
+            return Partitioning(mig_layout=f"{CUSTOM_LAYOUT_PREFIX}{self.name}",
+                                mig_devices=tuple(sorted(self.mig_layout.items())))
         return Partitioning(shares=self.time_slicing_replicas, mig_layout=self.mig_layout)
 
     @property

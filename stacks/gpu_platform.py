@@ -15,6 +15,7 @@ from components.efa import EfaFabric, EfaFabricArgs
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
 from components.kueue import Kueue, KueueArgs, TenantQueue, TenantQueueArgs
 from components.manifests import metadata
+from components.mig_config import MigPartedConfig, MigPartedConfigArgs
 from components.monitoring import MonitoringStack, MonitoringStackArgs
 from components.nfd import NfdStack, NfdStackArgs
 from components.node_drain import NodeDrain, NodeDrainArgs
@@ -59,11 +60,13 @@ class GpuPlatform(pulumi.ComponentResource):
         device_plugin = DevicePluginStack("device-plugin", DevicePluginStackArgs(
             namespace=namespace, pools={pool.name: pool.partitioning for pool in config.node_pools}),
             after_install)
+        mig_config = self._mig_config(config, namespace, after_install)
         cluster_policy = ClusterPolicyStack("cluster-policy", ClusterPolicyStackArgs(
             flavor=flavor, images={**labels.OPERAND_IMAGES, **config.images.operands()},
             device_plugin_config=device_plugin.config, service_monitor=config.prometheus_operator,
-            service_monitor_labels=dict(config.monitoring.rule_labels),
-        ), pulumi.ResourceOptions(parent=self, depends_on=[operator.installed, device_plugin]))
+            service_monitor_labels=dict(config.monitoring.rule_labels), mig_config=mig_config and mig_config.name,
+        ), pulumi.ResourceOptions(parent=self, depends_on=[operator.installed, device_plugin,
+                                                           *([mig_config] if mig_config else [])]))
         pull_secret = self._pull_secret(config, namespace, operator.installed)
         driver = DriverStack("driver", DriverStackArgs(
             inventory=inventory, release=config.driver_release,
@@ -180,6 +183,18 @@ class GpuPlatform(pulumi.ComponentResource):
         for name, entry in self.outputs["pools"].items():
             entry["profile"] = self.outputs["profiles"].get(name)
         self.register_outputs(self.outputs)
+
+    def _mig_config(self, config: StackConfig, namespace: str,
+                    opts: pulumi.ResourceOptions) -> MigPartedConfig | None:
+        """The stack's own mig-parted config, where a pool gives its own MIG layout: every layout the pools use."""
+        if not any(pool.partitioning.mig_devices for pool in config.node_pools):
+            return None
+        layouts: dict[str, dict[str, dict[str, int]]] = {}
+        for pool in config.node_pools:
+            partitioning, model = pool.partitioning, pool.instance.gpu_model
+            if partitioning.mig_layout:
+                layouts.setdefault(partitioning.mig_layout, {})[model] = partitioning.devices(model)
+        return MigPartedConfig("mig-manager", MigPartedConfigArgs(namespace, layouts), opts)
 
     def _tuning(self, config: StackConfig) -> PoolTuning:
         """Node profiles of the tuned pools (OpenShift: their MachineConfigPools and PerformanceProfiles) and the

@@ -111,3 +111,29 @@ def test_bring_your_own_pools_whose_selectors_nest_are_refused() -> None:
     message = config_error(mutate, "onprem")
 
     assert "nodePools[1].bringYourOwn.nodeSelector" in message and "'dgx-a100'" in message
+
+
+@pytest.mark.parametrize(("layout", "expected"), [
+    ({"3g.40gb": 2, "1g.10gb": 1}, "takes 7 compute slices, 9 memory slices"),
+    ({"1g.10gb+me": 2}, "2 media engines"),
+    ({"1g.5gb": 1}, "1g.5gb is not a profile of NVIDIA-A100-SXM4-80GB"),
+    ({}, "names no MIG profile"),
+])
+def test_a_custom_layout_the_gpu_cannot_hold_says_why(layout: dict, expected: str) -> None:
+    def mutate(values: dict) -> None:
+        pool(values, 0)["migLayout"] = layout
+
+    message = config_error(mutate, PARTITIONED)
+
+    assert "nodePools[0]" in message and expected in message
+
+
+def test_a_custom_layout_is_named_after_its_pool_and_advertised_per_profile() -> None:
+    values = example()
+    pool(values, 0)["migLayout"] = {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
+    values["tenants"][1]["migSlices"] = {"3g.40gb": 8}
+    values["tenants"][2]["migSlices"] = {"1g.10gb": 16}
+    mig = parse_stack_config(values).node_pools[0]
+
+    assert mig.partitioning.mig_layout == "custom-a100-mig"
+    assert mig.advertised == {"nvidia.com/mig-1g.10gb": 16, "nvidia.com/mig-2g.20gb": 8, "nvidia.com/mig-3g.40gb": 8}
