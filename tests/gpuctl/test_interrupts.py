@@ -127,9 +127,10 @@ def test_sighup_ends_a_preview_in_one_line_and_removes_its_scratch_folders(tmp_p
     assert list(scratch.iterdir()) == []
 
 
-@pytest.mark.parametrize("delay", [0.5, 1.0])
+@pytest.mark.parametrize("delay", [0.2, 0.5])
 def test_a_signal_while_gpuctl_starts_is_one_line(tmp_path, delay: float) -> None:
-    """Ctrl-C while the commands load (the first second or so) ends the run as it would later."""
+    """Ctrl-C while the commands load (well inside the first second: on an idle machine the whole render of dev can
+    end within one) ends the run as it would later."""
     process = subprocess.Popen([sys.executable, "-m", "gpuctl", "preview", "--stack", "dev", "--offline"], cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(delay)
