@@ -103,7 +103,8 @@ class Engine:
                     from None
         result = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
         if check and result.returncode != 0:
-            raise EngineError(f"`pulumi {' '.join(args)}` exited {result.returncode}:\n"
+            errors = "\n".join(line for line in result.stdout.splitlines() if "error" in line.lower())
+            raise EngineError(f"`pulumi {' '.join(args)}` exited {result.returncode}:\n{errors}\n"
                               f"{_tail(result.stdout)}\n{_tail(result.stderr)}")
         return result
 
