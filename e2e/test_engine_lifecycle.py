@@ -361,7 +361,7 @@ def test_a_stack_lives_and_dies_under_the_engine_as_gpuctl_previews_it(lifecycle
     first = life.stack_file.read_text()
     victim = yaml.safe_load(first)["config"][f"{PROJECT}:tenants"][0]["name"]
     life.refused("a tenant removed in one change", drop_tenant(victim), "protect")
-    life.refused("a policy violation", tenant_field(victim, "gpus", 9999), "gpu-quota-within-capacity")
+    life.refused("a policy violation", tenant_field(victim, "gpuShares", 9999), "gpu-quota-within-capacity")
     # Why the deploy workflow previews with the pack before `up`: without that preview, stack policies run only
     # after the update, so the violating quota is applied, and then the update fails.
     before = life.resources()
