@@ -520,12 +520,12 @@ def test_an_ephemeral_container_is_held_to_the_pod_rules(cluster: Applied) -> No
 def test_a_tenant_pod_runs_restricted(cluster: Applied, name: str, change: Any) -> None:
     """Tenant namespaces enforce the restricted pod security standard; a GPU pod that runs as a non-root user
     with no capabilities (all a GPU container needs: the device plugin mounts its devices) is placed on its pool."""
-    tenant = cluster.stack.config.tenants[0]
-    pool = cluster.stack.config.node_pools[0]
-    body = in_namespace(pod("root", gpus=1, pool=cluster.stack.pool_selector(pool.name)), tenant.name)
+    tenant, pool, resource = given(cluster.stack, "whole")
+    body = in_namespace(pod("root", gpus=1, resource=resource, pool=cluster.stack.pool_selector(pool.name)),
+                        tenant.name)
     change(body)
     text = refusal(lambda: as_tenant(cluster, tenant).create(body))
     assert 'violates PodSecurity "restricted' in text, name
-    as_tenant(cluster, tenant).create(in_namespace(pod("train", gpus=1, pool=cluster.stack.pool_selector(pool.name)),
-                                                   tenant.name))
+    as_tenant(cluster, tenant).create(in_namespace(pod("train", gpus=1, resource=resource,
+                                                       pool=cluster.stack.pool_selector(pool.name)), tenant.name))
     assert running(cluster.admin, "train", tenant.name)["spec"]["nodeName"] in gpu_nodes(cluster, pool.name)
