@@ -365,7 +365,7 @@ def test_a_stack_lives_and_dies_under_the_engine_as_gpuctl_previews_it(lifecycle
     # Why the deploy workflow previews with the pack before `up`: without that preview, stack policies run only
     # after the update, so the violating quota is applied, and then the update fails.
     before = life.resources()
-    life.edit(tenant_field(victim, "gpus", 9999))
+    life.edit(tenant_field(victim, "gpuShares", 9999))
     result = engine.up(policy_pack=ROOT / "policy", check=False)
     assert result.returncode != 0 and "gpu-quota-within-capacity" in result.stdout
     after = life.resources()
