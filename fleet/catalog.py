@@ -41,6 +41,8 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
     "p4d.24xlarge": InstanceType("NVIDIA-A100-SXM4-40GB", 8, 40, 96, 1179648, efa_interfaces=4),
     "p4de.24xlarge": InstanceType("NVIDIA-A100-SXM4-80GB", 8, 80, 96, 1179648, efa_interfaces=4),
     "p5.48xlarge": InstanceType("NVIDIA-H100-80GB-HBM3", 8, 80, 192, 2097152, efa_interfaces=32),
+    # Not read from a pinned source: the product name assumes GFD's rule for the H100's ("NVIDIA H200" with the space
+    # replaced), and the shape is AWS's published one; check both before relying on an H200 pool.
     "p5e.48xlarge": InstanceType("NVIDIA-H200", 8, 141, 192, 2097152, efa_interfaces=32),
 }
 

@@ -84,11 +84,7 @@ def test_a_signal_ends_a_stalled_render_promptly_and_keeps_the_earlier_render(tm
     process, _ = stalled(tmp_path, stall, "render", "--stack", "dev", "--offline", "--out", str(out))
 
     sent = time.monotonic()
-    process.send_signal(signum)
-    try:
-        stdout, stderr = process.communicate(timeout=15)
-    finally:
-        process.kill()
+    stdout, stderr = signalled(process, signum)
 
     assert process.returncode == 128 + signum and time.monotonic() - sent < 10
     word = "terminated" if signum == signal.SIGTERM else "interrupted"
@@ -96,14 +92,19 @@ def test_a_signal_ends_a_stalled_render_promptly_and_keeps_the_earlier_render(tm
     assert snapshot(out) == before and [p.name for p in out.parent.iterdir()] == ["out"]
 
 
+def signalled(process: subprocess.Popen, number: int) -> tuple[str, str]:
+    """Send the signal and wait for the run to end: its stdout and stderr."""
+    process.send_signal(number)
+    try:
+        return process.communicate(timeout=15)
+    finally:
+        process.kill()
+
+
 def test_sigint_during_preview_prints_one_line_and_no_traceback(tmp_path) -> None:
     process, _ = stalled(tmp_path, "converting", "preview", "--stack", "dev", "--offline")
 
-    process.send_signal(signal.SIGINT)
-    try:
-        stdout, stderr = process.communicate(timeout=15)
-    finally:
-        process.kill()
+    stdout, stderr = signalled(process, signal.SIGINT)
 
     assert process.returncode == 130 and stderr == "error: interrupted; nothing was changed\n" and stdout == ""
 
@@ -116,11 +117,7 @@ def test_sighup_ends_a_preview_in_one_line_and_removes_its_scratch_folders(tmp_p
                          "--no-cache", "--jobs", "1", env={"TMPDIR": str(scratch)})
     assert [path.name[:len("gpuctl-base-")] for path in scratch.iterdir()].count("gpuctl-base-") == 1
 
-    process.send_signal(signal.SIGHUP)
-    try:
-        stdout, stderr = process.communicate(timeout=15)
-    finally:
-        process.kill()
+    stdout, stderr = signalled(process, signal.SIGHUP)
 
     assert process.returncode == 128 + signal.SIGHUP and stdout == ""
     assert stderr == "error: hung up; nothing was changed\n"
@@ -134,10 +131,6 @@ def test_a_signal_while_gpuctl_starts_is_one_line(tmp_path, delay: float) -> Non
     process = subprocess.Popen([sys.executable, "-m", "gpuctl", "preview", "--stack", "dev", "--offline"], cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(delay)
-    process.send_signal(signal.SIGINT)
-    try:
-        stdout, stderr = process.communicate(timeout=15)
-    finally:
-        process.kill()
+    stdout, stderr = signalled(process, signal.SIGINT)
 
     assert process.returncode == 130 and stderr == "error: interrupted; nothing was changed\n" and stdout == ""
