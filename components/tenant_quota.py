@@ -3,6 +3,8 @@ ClusterRole that group holds there."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 import pulumi
@@ -90,16 +92,30 @@ class TenantQuotaArgs:
         return self.quota.get(labels.GPU_RESOURCE, 0)
 
 
-QUOTA_ENFORCED = "jsonpath={.status.hard}"
 QUOTA_WAIT_SECONDS = 120  # the controller manager's quota controller writes the status within seconds
+QUOTA_SPEC_DIGEST = "gpu-platform.io/quota-spec"
 
 
-def quota_metadata(name: str, namespace: str) -> dict:
-    """A quota's metadata: `pulumi up` waits for its status.hard. The API server's quota admission enforces only
-    what a quota's status lists (the controller manager fills it in after the quota is created); until then a
-    pod of any size is admitted (plugin/pkg/admission/resourcequota, CheckRequest reads status.hard)."""
-    return metadata(name, namespace, annotations={labels.WAIT_FOR: QUOTA_ENFORCED,
-                                                  labels.TIMEOUT_SECONDS: str(QUOTA_WAIT_SECONDS)})
+def quota(name: str, quota_name: str, namespace: str, spec: dict, opts: pulumi.ResourceOptions) -> \
+        k8s.core.v1.ResourceQuota:
+    """A ResourceQuota that `pulumi up` holds until the quota controller enforces this very spec.
+
+    The API server's quota admission enforces only what a quota's status lists, and the controller manager fills
+    it in after each change (plugin/pkg/admission/resourcequota, CheckRequest reads status.hard): until then a pod
+    of any size is admitted. So `up` waits for each hard limit in the status. It also waits for a digest of the
+    spec in an annotation: the provider's waitFor watcher takes whatever its informer holds, and a ResourceQuota has
+    no metadata.generation to tell a cached copy from before the change apart (pulumi-kubernetes
+    pkg/await/condition/observer.go, ObjectObserver.Observe), so without it `up` could record the quota as it was
+    and plan the same change again.
+    """
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    # RFC 9535 paths (pkg/jsonpath/jsonpath.go, Parse), a list meaning all of them (pkg/metadata/overrides.go,
+    # ReadyCondition).
+    conditions = [f"jsonpath={{.metadata.annotations['{QUOTA_SPEC_DIGEST}']}}={digest}",
+                  *(f"jsonpath={{.status.hard['{key}']}}={value}" for key, value in sorted(spec["hard"].items()))]
+    return k8s.core.v1.ResourceQuota(name, metadata=metadata(quota_name, namespace, annotations={
+        QUOTA_SPEC_DIGEST: digest, labels.WAIT_FOR: json.dumps(conditions),
+        labels.TIMEOUT_SECONDS: str(QUOTA_WAIT_SECONDS)}), spec=spec, opts=opts)
 
 
 class TenantQuota(pulumi.ComponentResource):
@@ -133,26 +149,22 @@ class TenantQuota(pulumi.ComponentResource):
         # namespace, and the quotas, which come and go with the tenancy mode and priority tier, stay behind the
         # binding that depends on them.
         kept = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=args.protect))
-        quotas = [k8s.core.v1.ResourceQuota(
-            f"{name}-gpu-quota", metadata=quota_metadata("gpu-quota", args.name),
-            spec={"hard": {f"requests.{kind}": str(amount) for kind, amount in sorted(args.quota.items())}},
-            opts=child)] if args.gpu_quota else []
+        quotas = [quota(f"{name}-gpu-quota", "gpu-quota", args.name, {
+            "hard": {f"requests.{kind}": str(amount) for kind, amount in sorted(args.quota.items())}},
+            child)] if args.gpu_quota else []
         # CPU pods count too: without this they could fill the GPU nodes a tenant's quota does not cover.
-        quotas.append(k8s.core.v1.ResourceQuota(
-            f"{name}-compute-quota", metadata=quota_metadata("compute-quota", args.name),
-            spec={"hard": {"requests.cpu": args.cpu, "requests.memory": args.memory, "pods": str(args.pods)}},
-            opts=child))
+        quotas.append(quota(f"{name}-compute-quota", "compute-quota", args.name, {
+            "hard": {"requests.cpu": args.cpu, "requests.memory": args.memory, "pods": str(args.pods)}}, child))
         scoped = [("system-priority", labels.SYSTEM_PRIORITY_CLASSES, {"pods": "0"})]
         if args.priority_class == labels.LOW_PRIORITY_CLASS:
             scoped.append(("high-priority-gpus", [labels.HIGH_PRIORITY_CLASS],
                            {f"requests.{kind}": "0" for kind in sorted(args.quota)}))
         for suffix, classes, hard in scoped:
-            quotas.append(k8s.core.v1.ResourceQuota(
-                f"{name}-{suffix}", metadata=quota_metadata(suffix, args.name), spec={
-                    "hard": hard,
-                    "scopeSelector": {"matchExpressions": [
-                        {"scopeName": "PriorityClass", "operator": "In", "values": classes}]},
-                }, opts=child))
+            quotas.append(quota(f"{name}-{suffix}", suffix, args.name, {
+                "hard": hard,
+                "scopeSelector": {"matchExpressions": [
+                    {"scopeName": "PriorityClass", "operator": "In", "values": classes}]},
+            }, child))
         # No nvidia.com/gpu here: a Container limit range defaults its entries onto every container, and a GPU
         # request on a CPU pod would consume quota or, through ExtendedResourceToleration, let it onto GPU nodes.
         k8s.core.v1.LimitRange(f"{name}-limits", metadata=metadata("default-limits", args.name), spec={"limits": [{
@@ -177,7 +189,7 @@ class TenantQuota(pulumi.ComponentResource):
                   for cidr, metadata_service in labels.METADATA_SERVICE_CIDRS.items()),
             ]}],
         }, opts=kept)
-        # Members get in only once every quota is enforced (see quota_metadata).
+        # Members get in only once every quota is enforced (see quota).
         k8s.rbac.v1.RoleBinding(f"{name}-members", metadata=metadata(f"{args.name}-members", args.name), subjects=[
             {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": args.group}],
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": args.role},

@@ -295,12 +295,14 @@ CHANGES: dict[str, list[tuple[str, Edit]]] = {
         ("a tenant added", add_tenant(name="speech", gpus=2, priorityClass="gpu-low", group="speech-team")),
         ("a tenant's quota changed", tenant_field("vision", "gpus", 5)),
         ("time-slicing changed", pool_field("t4-inference", "timeSlicingReplicas", 8)),
-        # The A100 pool from whole GPUs to shares; the tenants' quotas move with its kind. (Its switch on to MIG slices
-        # previews alike in both, but after `up` the engine proposes again to add the new kind to one tenant's
-        # scoped quota: not understood yet, so not in this series.)
+        # The A100 pool from whole GPUs to shares, then to MIG slices; the tenants' quotas move with its kind.
         ("a pool switched from whole GPUs to time-sliced shares", repartition(
             "a100-training", {"timeSlicingReplicas": 2}, {"vision": {"gpuShares": 12}, "nlp-research": {
                 "gpuShares": 8}, "speech": {"gpuShares": 4}})),
+        ("the pool switched from shares to MIG slices", repartition(
+            "a100-training", {"migLayout": "all-1g.5gb"}, {"vision": {"gpuShares": 8, "migSlices": {"1g.5gb": 28}},
+                                                           "nlp-research": {"gpuShares": 8, "migSlices": {"1g.5gb": 14}},
+                                                           "speech": {"migSlices": {"1g.5gb": 14}}})),
     ],
     "onprem": [
         ("a pool's kernel upgraded", pool_field("dgx-a100", "kernel", "5.15.0-130-generic")),

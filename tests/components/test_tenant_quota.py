@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from components import labels
+from components.tenant_quota import QUOTA_SPEC_DIGEST
 from tests.conftest import Plan, render_stack, stack_config
 
 GPU = "nvidia.com/gpu"
@@ -231,12 +233,28 @@ def test_trusted_namespaces_are_left_out_of_the_gpu_guard() -> None:
 
 
 def test_members_are_bound_only_once_every_quota_is_enforced(prod_plan: Plan) -> None:
-    # Quota admission enforces what a quota's status lists: `pulumi up` waits for it (pulumi-kubernetes
-    # pulumi.com/waitFor) before the tenant's group gets in, so no pod is admitted unbounded in between.
+    # Quota admission enforces what a quota's status lists: `pulumi up` waits for each hard limit there
+    # (pulumi-kubernetes pulumi.com/waitFor, all of a list) before the tenant's group gets in, so no pod is admitted
+    # unbounded in between; and for this spec's digest, so that a copy of the quota from before a change cannot
+    # satisfy the wait (ResourceQuotas have no generation to tell it apart).
     quotas = [r for r in prod_plan.resources if r["type"] == "kubernetes:core/v1:ResourceQuota"
               and r["inputs"]["metadata"]["namespace"] == "analytics"]
     assert len(quotas) == 4
     for quota in quotas:
-        assert quota["inputs"]["metadata"]["annotations"][labels.WAIT_FOR] == "jsonpath={.status.hard}"
+        annotations, hard = quota["inputs"]["metadata"]["annotations"], quota["inputs"]["spec"]["hard"]
+        digest = annotations[QUOTA_SPEC_DIGEST]
+        assert json.loads(annotations[labels.WAIT_FOR]) == [
+            f"jsonpath={{.metadata.annotations['{QUOTA_SPEC_DIGEST}']}}={digest}",
+            *(f"jsonpath={{.status.hard['{key}']}}={value}" for key, value in sorted(hard.items()))]
     binding = prod_plan.object("RoleBinding", "analytics-members", "analytics")
     assert {quota["urn"] for quota in quotas} <= set(binding["dependencies"])
+
+
+def test_a_quota_change_is_waited_for_under_a_new_digest() -> None:
+    config = stack_config("prod")
+    before = render_stack("prod", config).manifest("ResourceQuota", "gpu-quota", "analytics")
+    tenant = next(t for t in config["gpu-platform:tenants"] if t["name"] == "analytics")
+    tenant["gpus"] = tenant.get("gpus", 0) + 1
+    after = render_stack("prod", config).manifest("ResourceQuota", "gpu-quota", "analytics")
+    assert before["spec"] != after["spec"]
+    assert before["metadata"]["annotations"][QUOTA_SPEC_DIGEST] != after["metadata"]["annotations"][QUOTA_SPEC_DIGEST]
