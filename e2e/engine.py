@@ -49,6 +49,24 @@ def _tail(text: str) -> str:
     return "\n".join(text.rstrip().splitlines()[-TAIL_LINES:])
 
 
+# Commands whose engine events are logged, for what a failure's summary leaves out.
+LOGGED = ("up", "refresh", "destroy")
+
+
+def _failures(events: Path) -> list[str]:
+    """From an engine event log: the failed steps and every error or warning diagnostic, ephemeral ones included
+    (a step's failure can be told only in a status line, which the summary drops)."""
+    found = []
+    for line in events.read_text().splitlines() if events.is_file() else ():
+        event = json.loads(line)
+        if failed := event.get("resOpFailedEvent"):
+            found.append(f"step failed: {failed['metadata'].get('op')} {failed['metadata'].get('urn')} "
+                         f"(status {failed.get('status')})")
+        elif (diagnostic := event.get("diagnosticEvent")) and diagnostic.get("severity") in ("error", "warning"):
+            found.append(f"{diagnostic['severity']} {diagnostic.get('urn', '')}: {diagnostic.get('message', '').strip()}")
+    return found
+
+
 @dataclass
 class Engine:
     """The engine on one project folder (Pulumi.yaml), with its own home, state and secrets under `folder`."""
@@ -80,6 +98,7 @@ class Engine:
             "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
             "PULUMI_IGNORE_AMBIENT_PLUGINS": "true",
             "PULUMI_DISABLE_REGISTRY_RESOLVE": "true",
+            "PULUMI_DEBUG_COMMANDS": "true",  # for `--event-log` (up.go adds it only then)
             # The project's own environment, for programs whose Pulumi.yaml names no virtualenv.
             "PULUMI_PYTHON_CMD": sys.executable,
             "KUBECONFIG": str(self.kubeconfig),
@@ -90,7 +109,10 @@ class Engine:
         }
 
     def run(self, *args: str, timeout: float = PREVIEW_SECONDS, check: bool = True) -> subprocess.CompletedProcess:
-        command = [str(BIN / "pulumi"), *args, "--non-interactive"]
+        events = self.folder / "events.jsonl"
+        events.unlink(missing_ok=True)
+        command = [str(BIN / "pulumi"), *args, "--non-interactive",
+                   *(["--event-log", str(events)] if args[0] in LOGGED else [])]
         # Its own process group, so that a command over its bound is stopped with its plugins.
         with subprocess.Popen(command, cwd=self.project, env=self.env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, start_new_session=True) as process:
@@ -103,7 +125,8 @@ class Engine:
                     from None
         result = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
         if check and result.returncode != 0:
-            errors = "\n".join(line for line in result.stdout.splitlines() if "error" in line.lower())
+            errors = "\n".join([line for line in result.stdout.splitlines() if "error" in line.lower()]
+                              + _failures(events))
             raise EngineError(f"`pulumi {' '.join(args)}` exited {result.returncode}:\n{errors}\n"
                               f"{_tail(result.stdout)}\n{_tail(result.stderr)}")
         return result
