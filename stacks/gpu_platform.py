@@ -23,6 +23,7 @@ from components.node_pool import GpuNodePool
 from components.placements.auto_scaling_group import AutoScalingPlacement, InstanceRefresh, group_prefix
 from components.placements.base import GpuNodePoolArgs
 from components.placements.bring_your_own import BringYourOwnPlacement
+from components.placements.karpenter import KarpenterPlacement
 from components.placements.machine_set import MachineSetPlacement, cluster_autoscaler
 from components.node_profile import NodeTuning
 from components.tenant_network import TenantNetwork, network_admission_args
@@ -218,6 +219,12 @@ class GpuPlatform(pulumi.ComponentResource):
         cluster = config.cluster
         if pool.bring_your_own is not None:
             placement = BringYourOwnPlacement(dict(pool.bring_your_own.node_selector))
+        elif pool.karpenter is not None:
+            own = pool.karpenter
+            placement = KarpenterPlacement(
+                cluster.karpenter.node_role, dict(cluster.karpenter.subnet_tags),
+                dict(cluster.karpenter.security_group_tags), own.capacity_types, own.zones, own.consolidation,
+                own.consolidate_after, own.disruption_budget, own.expire_after)
         elif cluster.flavor == "openshift":
             placement = MachineSetPlacement(cluster.infrastructure_id, pool.machine_set_name(cluster),
                                             cluster.region, pool.zone(cluster),
