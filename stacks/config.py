@@ -1211,6 +1211,9 @@ PATTERN_FIXES = {
     r"^[a-z0-9.-]+/[A-Za-z0-9_.-]+$": "write the resource name the SR-IOV device plugin advertises for the VFs, "
     "<domain>/<name>",
     _CPU: "write whole cores (e.g. 64) or millicores (e.g. 500m)",
+    _DURATION: "write a duration in hours, minutes and seconds, e.g. 10m or 720h, or Never",
+    r"^((100|[0-9]{1,2})%|[0-9]+)$": "write a number of nodes (e.g. 1) or a percentage of them (e.g. 10%), quoted",
+    r"^[a-z]{2}(-gov)?-[a-z]+-[0-9][a-z]$": "write an availability zone name, e.g. us-east-1a",
     _MEMORY: "write a size in Mi, Gi or Ti, e.g. 256Gi",
     ChartsConfig.model_fields["mirror"].metadata[0].pattern: "write a Helm repository URL (https://charts.example."
     "com/stable) or an OCI path (oci://registry.example.com/charts), without credentials or a query",
