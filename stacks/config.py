@@ -545,8 +545,6 @@ class NodePoolConfig(StrictModel):
                 raise ValueError(f"os {self.os!r} is not supported; use one of {', '.join(KUBERNETES_OSES)}")
             if self.kernel is not None:
                 _check_kernel(self.kernel, self.os, f"a {self.os}")
-        if self.karpenter is not None:
-            self._check_karpenter()
         if self.max_replicas is not None and not self.min_replicas <= self.replicas <= self.max_replicas:
             raise ValueError("replicas must lie within minReplicas..maxReplicas")
         if self.min_replicas > self.replicas:
@@ -560,19 +558,19 @@ class NodePoolConfig(StrictModel):
                              "or remove fabric")
         return self
 
-    def _check_karpenter(self) -> None:
-        """What a Karpenter pool takes: a maximum (its limit), no minimum, none of an Auto Scaling Group's settings."""
+    def karpenter_problem(self) -> tuple[str, str] | None:
+        """(field, what is wrong and the fix) of a Karpenter pool's settings, or None: a maximum (its limit), no
+        minimum, none of an Auto Scaling Group's or MachineSet's settings."""
         for field, fix in _NOT_KARPENTER.items():
-            if getattr(self, field) is not None and (field in self.model_fields_set):
-                raise _field_error((to_camel(field),), f"does not apply to a karpenter pool; {fix}")
+            if getattr(self, field) is not None and field in self.model_fields_set:
+                return to_camel(field), f"does not apply to a karpenter pool; {fix}"
         if self.min_replicas:
-            raise _field_error(("minReplicas",), (
-                "a karpenter pool has no minimum: Karpenter launches nodes for pending pods and removes empty ones; "
-                "set 0 or leave it out"))
+            return "minReplicas", ("a karpenter pool has no minimum: Karpenter launches nodes for pending pods and "
+                                   "removes empty ones; set 0 or leave it out")
         if self.max_replicas is None:
-            raise _field_error(("maxReplicas",), (
-                "is required for a karpenter pool: the most nodes Karpenter may launch (the NodePool's limits, and "
-                "what quotas and Kueue count the pool at)"))
+            return "maxReplicas", ("is required for a karpenter pool: the most nodes Karpenter may launch (the "
+                                   "NodePool's limits, and what quotas and Kueue count the pool at)")
+        return None
 
     def _check_partitioning(self) -> None:
         """A pool shares its GPUs or slices them, not both; a MIG layout the pool's GPU can hold."""
@@ -985,6 +983,8 @@ class StackConfig(StrictModel):
                 raise _field_error(("nodePools", index, "karpenter"), (
                     "applies to Kubernetes clusters on AWS; OpenShift pools are MachineSets, scaled by the cluster "
                     "autoscaler: remove it"))
+            if pool.karpenter is not None and (problem := pool.karpenter_problem()):
+                raise _field_error(("nodePools", index, problem[0]), problem[1])
             if pool.karpenter is not None and cluster.karpenter is None:
                 raise _field_error(("cluster", "karpenter"), (
                     f"is required: pool {pool.name!r} is a Karpenter NodePool; set cluster.karpenter.nodeRole to the "
