@@ -536,6 +536,9 @@ def _pool_change(name: str, before: PoolState | None, after: PoolState | None, s
     if capped and method == "instance-refresh":
         phrases.append(f"maximum {before.max_nodes} -> {after.max_nodes}: AWS lowers the group's size to the new "
                        "maximum, so running nodes above it are terminated (each drained first)")
+    elif capped and method == DRIFT:
+        phrases.append(f"limit {before.max_nodes} -> {after.max_nodes} nodes: Karpenter launches no node above it; "
+                       "running nodes above it stay until they are empty and consolidated")
     elif capped:
         phrases.append(f"maximum {before.max_nodes} -> {after.max_nodes}: the autoscaler adds no machine above it; "
                        "running machines above it stay until it scales them down")
