@@ -14,7 +14,7 @@ from components import labels
 from components.efa import efa_autoscaler_tags, efa_network_interfaces
 from components.node_drain import drain_phrase
 from components.node_profile import NodeProfile
-from components.placements.base import GpuNodePoolArgs
+from components.placements.base import GpuNodePoolArgs, kernel_annotations
 
 # The cluster autoscaler's GPU label on AWS (cloudprovider/aws/aws_cloud_provider.go `GPULabel`): a node carrying it
 # counts as a GPU node before the device plugin advertises its GPUs, so the autoscaler does not scale up twice.
@@ -179,11 +179,6 @@ class AutoScalingPlacement:
 def group_prefix(cluster: str) -> str:
     """What every pool's Auto Scaling Group name (and so its drain's rule and policy) starts with."""
     return f"{cluster}-gpu-"
-
-
-def kernel_annotations(pool: GpuNodePoolArgs) -> dict[str, str]:
-    """The OS and kernel the pool's image boots: a kernel upgrade is a visible change of the pool itself."""
-    return {labels.KERNEL_ANNOTATION: pool.kernel.kernel, labels.OS_ANNOTATION: pool.kernel.os}
 
 
 def kubelet_user_data(cluster: str, node_labels: dict[str, str], profile: NodeProfile | None = None,

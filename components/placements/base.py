@@ -100,3 +100,8 @@ class GpuNodePoolArgs:
         if self.whole:
             node_labels[labels.MACHINESET_GPU_TYPE_LABEL] = self.instance.gpu_model
         return node_labels
+
+
+def kernel_annotations(pool: GpuNodePoolArgs) -> dict[str, str]:
+    """The OS and kernel the pool's image boots: a kernel upgrade is a visible change of the pool itself."""
+    return {labels.KERNEL_ANNOTATION: pool.kernel.kernel, labels.OS_ANNOTATION: pool.kernel.os}

@@ -19,8 +19,7 @@ import pulumi_kubernetes as k8s
 from components import labels
 from components.driver import kernel_node_selector
 from components.manifests import metadata
-from components.placements.auto_scaling_group import kernel_annotations
-from components.placements.base import GpuNodePoolArgs
+from components.placements.base import GpuNodePoolArgs, kernel_annotations
 
 NODE_POOL_API = "karpenter.sh/v1"
 NODE_CLASS_API = "karpenter.k8s.aws/v1"

@@ -3,11 +3,15 @@ pool, each field as Karpenter v1.15 reads it, both after the driver of the pool'
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
+import celpy
 import pytest
+import yaml
 
-from tests.conftest import Plan, render_stack, stack_config
+from tests.cel import program
+from tests.conftest import ROOT, Plan, render_stack, stack_config
 
 NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
 NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
@@ -137,3 +141,70 @@ def test_pulumi_up_waits_for_no_node(karpenter_plan: Plan) -> None:
     for name in POOLS:
         for manifest in (node_pool(karpenter_plan, name), node_class(karpenter_plan, name)):
             assert manifest["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+
+
+# -- the CRDs' own rules (CEL), which the offline schema check counts but does not evaluate ------------------------
+
+CRDS = ROOT.parent / "shared" / "reference" / "crds"
+CRD_FILES = {"NodePool": "karpenter.sh_nodepools.yaml", "EC2NodeClass": "karpenter.k8s.aws_ec2nodeclasses.yaml"}
+
+
+def _rules(schema: dict[str, Any], value: Any, path: str) -> list[tuple[str, str, str, Any]]:
+    """(path, rule, message, value) of every x-kubernetes-validations rule the API server evaluates on `value`;
+    transition rules (oldSelf) only run on updates and are left out."""
+    if value is None:
+        return []
+    found = [(path, rule["rule"], rule.get("message", rule["rule"]), value)
+             for rule in schema.get("x-kubernetes-validations") or [] if "oldSelf" not in rule["rule"]]
+    if isinstance(value, dict):
+        for key, child in value.items():
+            sub = (schema.get("properties") or {}).get(key) or (schema.get("additionalProperties") or None)
+            if isinstance(sub, dict):
+                found += _rules(sub, child, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            found += _rules(schema.get("items") or {}, child, f"{path}[{index}]")
+    return found
+
+
+def broken_crd_rules(manifest: dict[str, Any]) -> list[str]:
+    document = yaml.safe_load((CRDS / CRD_FILES[manifest["kind"]]).read_text())
+    [version] = [v for v in document["spec"]["versions"] if f"{document['spec']['group']}/{v['name']}"
+                 == manifest["apiVersion"]]
+    return [f"{path}: {message}" for path, rule, message, value in
+            _rules(version["schema"]["openAPIV3Schema"], manifest, "")
+            if not program(rule).evaluate({"self": celpy.json_to_cel(value)})]
+
+
+@pytest.mark.skipif(not CRDS.is_dir(), reason=f"{CRDS} is not beside the project here")
+@pytest.mark.parametrize("name", POOLS)
+def test_the_objects_keep_every_rule_of_karpenters_crds(karpenter_plan: Plan, name: str) -> None:
+    assert broken_crd_rules(node_pool(karpenter_plan, name)) == []
+    assert broken_crd_rules(node_class(karpenter_plan, name)) == []
+
+
+@pytest.mark.skipif(not CRDS.is_dir(), reason=f"{CRDS} is not beside the project here")
+def test_the_rule_check_can_fail(karpenter_plan: Plan) -> None:
+    pool = copy.deepcopy(node_pool(karpenter_plan, "a10g-training"))
+    pool["spec"]["template"]["metadata"]["labels"]["karpenter.k8s.aws/instance-size"] = "12xlarge"
+    pool["spec"]["template"]["metadata"]["labels"]["karpenter.k8s.aws/pool"] = "x"
+    node_class_manifest = copy.deepcopy(node_class(karpenter_plan, "a10g-training"))
+    del node_class_manifest["spec"]["amiFamily"]
+
+    assert any('label domain "karpenter.k8s.aws" is restricted' in error for error in broken_crd_rules(pool))
+    assert broken_crd_rules(node_class_manifest) == [
+        ".spec: must specify amiFamily if amiSelectorTerms does not contain an alias"]
+
+
+def test_the_old_kernels_driver_stays_while_a_node_runs_it_and_goes_on_evidence() -> None:
+    """Both pools move to a new image and kernel: nodes Karpenter has not replaced yet keep their driver."""
+    from fleet.kernels import KernelTarget, ObservedNode
+
+    config = stack_config("karpenter")
+    for entry in config["gpu-platform:nodePools"]:
+        entry.update(kernel="6.8.0-1024-aws", image="ami-0f2a3b4c5d6e7f809")
+    old = "nvidia-driver-ubuntu22-04-6-8-0-1021-aws"
+    running = [ObservedNode("ip-10-0-1-7", KernelTarget("ubuntu22.04", "6.8.0-1021-aws"))]
+
+    assert old in [d["metadata"]["name"] for d in render_stack("karpenter", config, running).kind("NVIDIADriver")]
+    assert old not in [d["metadata"]["name"] for d in render_stack("karpenter", config, []).kind("NVIDIADriver")]
