@@ -54,14 +54,17 @@ LOGGED = ("up", "refresh", "destroy")
 
 
 def _failures(events: Path) -> list[str]:
-    """From an engine event log: the failed steps and every error or warning diagnostic, ephemeral ones included
-    (a step's failure can be told only in a status line, which the summary drops)."""
+    """From an engine event log: the failed steps, mandatory policy violations, and every error or warning
+    diagnostic, ephemeral ones included (what the summary's Diagnostics section leaves out)."""
     found = []
     for line in events.read_text().splitlines() if events.is_file() else ():
         event = json.loads(line)
         if failed := event.get("resOpFailedEvent"):
             found.append(f"step failed: {failed['metadata'].get('op')} {failed['metadata'].get('urn')} "
                          f"(status {failed.get('status')})")
+        elif (policy := event.get("policyEvent")) and policy.get("enforcementLevel") == "mandatory":
+            found.append(f"policy {policy.get('policyName')} {policy.get('resourceUrn', '')}: "
+                         f"{policy.get('message', '').strip()}")
         elif (diagnostic := event.get("diagnosticEvent")) and diagnostic.get("severity") in ("error", "warning"):
             found.append(f"{diagnostic['severity']} {diagnostic.get('urn', '')}: {diagnostic.get('message', '').strip()}")
     return found
