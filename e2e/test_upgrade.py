@@ -31,11 +31,11 @@ from tests.conftest import ROOT
 DRIVER_API = ("nvidia.com/v1alpha1", "NVIDIADriver")
 DRIVER_TYPE = "kubernetes:nvidia.com/v1alpha1:NVIDIADriver"
 RHCOS_DRIVER, RHEL_DRIVER = "nvidia-driver-rhcos4-18", "nvidia-driver-rhel9"
-# The releases walked, each with a kernel of its RHEL minor (4.18: RHEL 9.4; 4.19 and 4.20: RHEL 9.6), and the NFD
-# operator of the release (as `oc get packagemanifest nfd` names it there; 4.18's is the default).
-RELEASES = {"4.18": ("4.18.24", "5.14.0-427.87.1.el9_4.x86_64", None),
-            "4.19": ("4.19.10", "5.14.0-570.28.1.el9_6.x86_64", "nfd.4.19.0-202509240837"),
+# The releases walked to from dev's own (4.18.24, RHEL 9.4), each with a kernel of its RHEL minor (4.19 and 4.20: RHEL
+# 9.6) and the NFD operator of the release (as `oc get packagemanifest nfd` names it there).
+RELEASES = {"4.19": ("4.19.10", "5.14.0-570.28.1.el9_6.x86_64", "nfd.4.19.0-202509240837"),
             "4.20": ("4.20.8", "5.14.0-570.49.1.el9_6.x86_64", "nfd.4.20.0-202607290013")}
+OLD_KERNEL = "rhcos4.18/5.14.0-427.87.1.el9_4.x86_64"  # dev's kernel row (Pulumi.dev.yaml)
 
 
 def on_release(minor: str) -> Edit:
@@ -43,10 +43,7 @@ def on_release(minor: str) -> Edit:
     release, kernel, nfd_csv = RELEASES[minor]
 
     def edit(config: dict[str, Any]) -> None:
-        cluster = config[f"{PROJECT}:cluster"]
-        cluster.update(release=release, kernel=kernel)
-        cluster.pop("nfdOperatorCsv", None)
-        cluster.update({"nfdOperatorCsv": nfd_csv} if nfd_csv else {})
+        config[f"{PROJECT}:cluster"].update(release=release, kernel=kernel, nfdOperatorCsv=nfd_csv)
     return edit
 
 
@@ -77,6 +74,14 @@ def reboot_into(admin: Kube, node: str, minor: str) -> None:
                                        content_type="application/merge-patch+json")
 
 
+def leaving(review: dict[str, Any]) -> list[str]:
+    """What gpuctl's review says goes: each driver it lists as destructive, and each kernel row removed, with why."""
+    summary = review["summary"]
+    return [f"{item['what']}: {item['takes_away']}" for item in summary["destructive"]
+            if item["what"].startswith("driver ")] + \
+        [f"{row['key']}: removed, {row['note']}" for row in summary["kernels"] if row["change"] == "removed"]
+
+
 def driver_steps(planned: dict[str, str]) -> dict[str, str]:
     """The NVIDIADrivers a plan changes: resource name -> operation."""
     return {urn.rsplit("::", 1)[-1]: op for urn, op in planned.items()
@@ -104,39 +109,47 @@ def test_every_gpu_node_is_served_by_exactly_one_driver_at_every_step_of_an_upgr
         held = sorted(driver["metadata"]["name"] for driver in admin.list(*DRIVER_API))
         steps.append((step, owners(admin), held, {node: [driver] for node, driver in served.items()}, drivers))
 
-    def deploy(what: str, edit: Edit, steps_expected: bool) -> dict[str, str]:
+    def deploy(what: str, edit: Edit, steps_expected: bool) -> tuple[dict[str, str], list[str]]:
         """The edit, gpuctl's preview and the engine's agreeing op by op, then `pulumi up`: the NVIDIADrivers the plan
-        changes. (Anything `up` left undone would show in the next deploy's comparison; after the last, it is checked.)"""
+        changes, and what gpuctl's review says goes. (Anything `up` left undone would show in the next deploy's
+        comparison; after the last, it is checked.)"""
         dev.edit(edit)
         planned = dev.compare(what, steps_expected=steps_expected)
         dev.engine.up(policy_pack=ROOT / "policy")
         dev.commit(what)
-        return driver_steps(planned)
+        return driver_steps(planned), leaving(dev.review)
 
     everyone = dict.fromkeys
     both = [RHCOS_DRIVER, RHEL_DRIVER]
     expect("4.18 deployed", everyone(nodes, RHCOS_DRIVER), [RHCOS_DRIVER])
-    # 4.19 declared: its driver is created before any node reboots, and selects none yet.
-    assert deploy("4.19 declared", on_release("4.19"), True) == {"driver-rhel9": "create"}
+    # 4.19 declared: its driver is created before any node reboots, and selects none yet; the 4.18 driver stays.
+    assert deploy("4.19 declared", on_release("4.19"), True) == ({"driver-rhel9": "create"}, [])
+    assert dev.review["summary"]["upgrade"][-1] == (
+        f"after it: every GPU node is served by {RHEL_DRIVER}; {RHCOS_DRIVER} stays while nodes run rhcos4.18; it goes "
+        "in the first deploy whose inventory shows none")
     expect("4.19 deployed, no node rebooted yet", everyone(nodes, RHCOS_DRIVER), both)
     reboot_into(admin, first, "4.19")
     expect(f"{first} rebooted into 4.19", {**everyone(rest, RHCOS_DRIVER), first: RHEL_DRIVER}, both)
     # Deployed again mid-upgrade: nodes still run 4.18 (live discovery), so its driver stays; nothing changes.
-    assert deploy("deployed mid-upgrade", unchanged, False) == {}
+    assert deploy("deployed mid-upgrade", unchanged, False) == ({}, [])
     expect("deployed mid-upgrade", {**everyone(rest, RHCOS_DRIVER), first: RHEL_DRIVER}, both)
     for node in rest:
         reboot_into(admin, node, "4.19")
-    expect("every node on 4.19", everyone(nodes, RHEL_DRIVER), both)
-    # The first deploy whose inventory shows no 4.18 node deletes its driver, and only that.
-    assert deploy("deployed after the upgrade", unchanged, True) == {"driver-rhcos4-18": "delete"}
+    expect("every node on 4.19, not deployed yet", everyone(nodes, RHEL_DRIVER), both)
+    # The first deploy whose inventory shows no 4.18 node deletes its driver, and only that; gpuctl says why.
+    assert deploy("deployed after the upgrade", unchanged, True) == ({"driver-rhcos4-18": "delete"}, [
+        f"driver {RHCOS_DRIVER} deleted: the GPU driver of every node on rhcos4.18 (every kernel)",
+        f"{OLD_KERNEL}: removed, no pool boots it and live discovery shows no node on it"])
     expect("deployed after the upgrade", everyone(nodes, RHEL_DRIVER), [RHEL_DRIVER])
-    # 4.20 nodes are rhel9 to the operator too: no driver changes.
-    assert deploy("4.20 declared", on_release("4.20"), True) == {}
+    # 4.20 nodes are rhel9 to the operator too: no driver changes, and the review says so.
+    assert deploy("4.20 declared", on_release("4.20"), True) == ({}, [])
+    assert dev.review["summary"]["upgrade"][0].startswith("OpenShift 4.19.10 -> 4.20.8 (a minor upgrade): no driver "
+                                                          "changes")
     reboot_into(admin, first, "4.20")
     expect(f"4.20 deployed, {first} rebooted into it", everyone(nodes, RHEL_DRIVER), [RHEL_DRIVER])
     for node in rest:
         reboot_into(admin, node, "4.20")
-    assert deploy("every node on 4.20, deployed", unchanged, False) == {}
+    assert deploy("every node on 4.20, deployed", unchanged, False) == ({}, [])
     dev.deployed("every node on 4.20, deployed")
     expect("every node on 4.20, deployed", everyone(nodes, RHEL_DRIVER), [RHEL_DRIVER])
 
