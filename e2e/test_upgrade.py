@@ -90,8 +90,10 @@ def driver_steps(planned: dict[str, str]) -> dict[str, str]:
 
 @pytest.fixture
 def dev(tmp_path: Path) -> Iterator[Lifecycle]:
-    """dev on 4.18, deployed by `pulumi up` with the policy pack; its GPU nodes labelled as NFD labels 4.18 nodes."""
+    """dev on 4.18, previewed by gpuctl and the engine alike (every resource created), deployed by `pulumi up` with the
+    policy pack; its GPU nodes labelled as NFD labels 4.18 nodes."""
     with started("dev", tmp_path) as life:
+        life.compare("dev on 4.18, a new stack", base=False)
         life.engine.up(policy_pack=ROOT / "policy")
         life.commit("dev on 4.18")
         yield life
