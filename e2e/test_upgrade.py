@@ -93,7 +93,7 @@ def dev(tmp_path: Path) -> Iterator[Lifecycle]:
     """dev on 4.18, previewed by gpuctl and the engine alike (every resource created), deployed by `pulumi up` with the
     policy pack; its GPU nodes labelled as NFD labels 4.18 nodes."""
     with started("dev", tmp_path) as life:
-        life.compare("dev on 4.18, a new stack", base=False)
+        assert set(life.compare("dev on 4.18, a new stack", base=False).values()) == {"create"}
         life.engine.up(policy_pack=ROOT / "policy")
         life.commit("dev on 4.18")
         yield life
