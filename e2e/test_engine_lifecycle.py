@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,22 +180,23 @@ DEV_INTERMITTENT = pytest.mark.xfail(strict=False, reason="an intermittent `upda
                                                           "not found (docs/e2e.md)")
 
 
-@pytest.fixture(params=[pytest.param("dev", marks=DEV_INTERMITTENT), "onprem"])
-def lifecycle(request, tmp_path: Path) -> Iterator[Lifecycle]:
+@contextmanager
+def started(name: str, folder: Path) -> Iterator[Lifecycle]:
+    """A stack not deployed yet: a control plane of its own in `folder`, prepared as the cluster is before the stack,
+    its stand-ins running, and the engine on a project copy that is a git repository. Everything stops on exit."""
     missing = missing_tools()
     if missing:
         pytest.fail(f"{', '.join(missing)} not built: run `make e2e` (it builds them first)", pytrace=False)
     if not CRDS.is_dir():
         pytest.skip(f"{CRDS} is not beside the project here: the stacks' custom resources need their CRDs")
-    name = request.param
     stack = Stack.render(name)
-    with ControlPlane.start(tmp_path / "cluster") as plane:
+    with ControlPlane.start(folder / "cluster") as plane:
         admin = prepare_cluster(stack, plane)
-        charts = StandInCharts(tmp_path / "charts", CHARTS) if not stack.openshift else None
+        charts = StandInCharts(folder / "charts", CHARTS) if not stack.openshift else None
         olm = StandInOlm(plane.kubeconfig) if stack.openshift else None
         try:
-            project = project_copy(tmp_path / "project")
-            engine = Engine.prepare(project, tmp_path / "engine", plane.kubeconfig)
+            project = project_copy(folder / "project")
+            engine = Engine.prepare(project, folder / "engine", plane.kubeconfig)
             config = {f"{PROJECT}:preflight": "false"}  # the driver image preflight asks a registry: none here
             if charts:
                 config[f"{PROJECT}:charts.mirror"] = charts.url
@@ -211,6 +213,12 @@ def lifecycle(request, tmp_path: Path) -> Iterator[Lifecycle]:
                 if standin:
                     standin.close()
             admin.close()
+
+
+@pytest.fixture(params=[pytest.param("dev", marks=DEV_INTERMITTENT), "onprem"])
+def lifecycle(request, tmp_path: Path) -> Iterator[Lifecycle]:
+    with started(request.param, tmp_path) as life:
+        yield life
 
 
 def set_(path: str, value: Any) -> Edit:
