@@ -277,6 +277,10 @@ def driver(branch: str, version: str | None = None, precompiled: bool | None = N
 
 
 NODES_REBOOTED = "the nodes rebooted into the declared kernel, then a tenant's group changed"
+TO_SHARES, TO_MIG = "a pool switched from whole GPUs to time-sliced shares", "the pool switched from shares to MIG slices"
+# How each partitioning change of dev's A100 pool reaches its running nodes, as gpuctl's review says (its roll line).
+PARTITION_ROLLS = {TO_SHARES: "the device plugin and GPU feature discovery restart on every GPU node",
+                   TO_MIG: "a Job labels the pool's running machines"}
 OLD_ONPREM_DRIVER = "nvidia-driver-ubuntu22-04-5-15-0-125-generic"
 
 
@@ -304,10 +308,10 @@ CHANGES: dict[str, list[tuple[str, Edit]]] = {
         ("a tenant's quota changed", tenant_field("vision", "gpus", 5)),
         ("time-slicing changed", pool_field("t4-inference", "timeSlicingReplicas", 8)),
         # The A100 pool from whole GPUs to shares, then to MIG slices; the tenants' quotas move with its kind.
-        ("a pool switched from whole GPUs to time-sliced shares", repartition(
+        (TO_SHARES, repartition(
             "a100-training", {"timeSlicingReplicas": 2}, {"vision": {"gpuShares": 12}, "nlp-research": {
                 "gpuShares": 8}, "speech": {"gpuShares": 4}})),
-        ("the pool switched from shares to MIG slices", repartition(
+        (TO_MIG, repartition(
             "a100-training", {"migLayout": "all-1g.5gb"}, {"vision": {"gpuShares": 8, "migSlices": {"1g.5gb": 28}},
                                                            "nlp-research": {"gpuShares": 8, "migSlices": {"1g.5gb": 14}},
                                                            "speech": {"migSlices": {"1g.5gb": 14}}})),
@@ -362,6 +366,11 @@ def test_a_stack_lives_and_dies_under_the_engine_as_gpuctl_previews_it(lifecycle
         if what == NODES_REBOOTED:
             reboot_into_declared_kernels(life)
         planned = life.change(what, edit, steps_expected=what not in NO_STEPS)
+        if what in PARTITION_ROLLS:
+            roll = next(pool["roll"] for pool in life.review["summary"]["pools"] if pool["name"] == "a100-training")
+            assert PARTITION_ROLLS[what] in roll, (what, roll)
+            destructive = [item["what"] for item in life.review["summary"]["destructive"]]
+            assert ("pool a100-training MIG layout none -> all-1g.5gb" in destructive) == (what == TO_MIG), destructive
         if what == NODES_REBOOTED:
             deleted = [urn for urn, op in planned.items() if op == "delete"]
             assert [urn.rsplit("::", 1)[-1] for urn in deleted] == ["driver-ubuntu22-04-5-15-0-125-generic"]

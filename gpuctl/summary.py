@@ -522,8 +522,9 @@ def _pool_change(name: str, before: PoolState | None, after: PoolState | None, s
         phrases.append(phrase)
         gpus_out = max(gpus_out or 0, at_once * after.gpus_per_node)
     elif template_changed and method == "machineset":
-        phrases.append(f"MachineSet template: reaches only machines created from now on; the {before.nodes} "
-                       "running nodes keep their image until replaced")
+        running = "the 1 running node keeps its" if before.nodes == 1 else f"the {before.nodes} running nodes keep their"
+        phrases.append(f"MachineSet template: reaches only machines created from now on; {running} image until "
+                       "replaced")
     if before.partitioning is not None and after.partitioning is not None \
             and before.partitioning != after.partitioning:
         phrases.append(_partition_roll(before, after, method))
