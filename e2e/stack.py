@@ -75,8 +75,7 @@ class Stack:
                         **{name: str(count) for name, count in pool.advertised_per_node.items()}}
             nodes += [kwok_node(f"{pool.name}-{index}", labels=node_labels, capacity=capacity, taints=taints)
                       for index in range(pool.replicas)]
-        return nodes + [kwok_node(f"cpu-{index}", labels={}, capacity={"cpu": "32", "memory": "128Gi", "pods": "110"})
-                        for index in range(CPU_NODES)]
+        return nodes + cpu_nodes()
 
     def pool_selector(self, pool: str) -> dict[str, str]:
         """The labels that select a pool's nodes: the pool label the stack gives its machines, or the labels a
@@ -114,6 +113,12 @@ class Stack:
                     taints = [_taint(item) for item in _flag(script, "register-with-taints").split(",")]
                     return node_labels, taints
         raise LookupError(f"no MachineSet or launch template registers nodes of pool {pool}")
+
+
+def cpu_nodes() -> list[dict[str, Any]]:
+    """The cluster's untainted CPU nodes (where system pods and every pod without GPUs run)."""
+    return [kwok_node(f"cpu-{index}", labels={}, capacity={"cpu": "32", "memory": "128Gi", "pods": "110"})
+            for index in range(CPU_NODES)]
 
 
 def nfd_labels(config: StackConfig, pool: NodePoolConfig) -> dict[str, str]:
