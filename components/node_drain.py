@@ -1,7 +1,7 @@
 """NodeDrain: every GPU node an Auto Scaling Group terminates is cordoned and drained first.
 
 The mechanism is AWS Node Termination Handler in Queue Processor mode (aws/aws-node-termination-handler README,
-"Queue Processor"): each pool's group has a termination lifecycle hook (components/node_pool.py) that holds a
+"Queue Processor"): each pool's group has a termination lifecycle hook (components/placements/auto_scaling_group.py) that holds a
 terminating instance in `Terminating:Wait`; EventBridge sends the group's "EC2 Instance-terminate Lifecycle Action"
 event to an SQS queue; the handler reads it, cordons and drains the node through the Eviction API (so
 PodDisruptionBudgets and each pod's own grace period hold), then completes the lifecycle action and the instance

@@ -265,12 +265,12 @@ def preflight_images(plan: dict[str, Any], offline: bool,
 
 
 def refuse_kernel_without_image(old: dict[str, Any], new: dict[str, Any]) -> None:
-    """Refuse an AWS pool whose kernel changes while its image stays: the same image boots the old kernel, so the
+    """Refuse an AWS pool (an Auto Scaling Group's or Karpenter's) whose kernel changes while its image stays: the same image boots the old kernel, so the
     preview would promise a kernel upgrade and a roll that change nothing on the nodes."""
     before = summary.pool_states(old)
     for name, after in summary.pool_states(new).items():
         was = before.get(name)
-        if was and after.roll.get("method") == "instance-refresh" and was.kernel and after.kernel \
+        if was and after.roll.get("method") in ("instance-refresh", summary.DRIFT) and was.kernel and after.kernel \
                 and was.kernel != after.kernel and was.image == after.image:
             raise ConfigError(
                 f"gpu-platform:nodePools[{name}].kernel and .image: the kernel changes ({was.kernel} -> "

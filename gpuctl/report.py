@@ -18,7 +18,7 @@ from rich.markup import escape
 
 from components.labels import GPU_RESOURCE
 from gpuctl.diff import SYMBOLS, Change, PlanDiff, Step, object_name
-from gpuctl.summary import FleetSummary, KernelChange, PoolChange, PoolState
+from gpuctl.summary import DRIFT, FleetSummary, KernelChange, PoolChange, PoolState
 
 COLOURS = {"create": "green", "update": "yellow", "replace": "magenta", "delete": "red"}
 FORMATS = ("text", "json", "markdown")
@@ -245,11 +245,22 @@ def pool_row(pool: PoolChange, summary: FleetSummary) -> dict[str, str]:
     return {
         "pool": pool.name + (" (new)" if before is None else " (removed)" if after is None else ""),
         "instance": _arrow(before and before.instance_type, after and after.instance_type),
-        "nodes": _arrow(before and before.nodes, after and after.nodes, "0"),
-        "GPUs": _arrow(before and _gpus_shared(before), after and _gpus_shared(after), "0"),
+        "nodes": _arrow(before and _nodes(before), after and _nodes(after), "0"),
+        "GPUs": _arrow(before and _pool_gpus(before), after and _pool_gpus(after), "0"),
         "OS / kernel": _arrow(_os_kernel(before, summary.release_before), _os_kernel(after, summary.release_after)),
         "roll": pool.roll,
     } if either else {}
+
+
+def _nodes(pool: PoolState) -> str | int:
+    """A pool's nodes; a Karpenter pool's as it has them now and its limit (its GPUs are counted at the limit)."""
+    if pool.roll.get("method") == DRIFT:
+        return f"{pool.nodes} now, limit {pool.max_nodes} (Karpenter)"
+    return pool.nodes
+
+
+def _pool_gpus(pool: PoolState) -> str:
+    return f"{_gpus_shared(pool)} at the limit" if pool.roll.get("method") == DRIFT else _gpus_shared(pool)
 
 
 def _gpus_shared(pool: PoolState) -> str:

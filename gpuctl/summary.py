@@ -22,6 +22,14 @@ POOL = "gpu-platform:index:GpuNodePool"
 ASG = "aws:autoscaling/group:Group"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 MACHINE_SET = "kubernetes:machine.openshift.io/v1beta1:MachineSet"
+NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
+EC2_NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
+DRIFT = "drift"  # a Karpenter pool's roll method (components/placements/karpenter.py)
+# What a drift replacement does to running work: Karpenter drains a drifted node (its pods evicted) when it replaces
+# it; a pod annotated karpenter.sh/do-not-disrupt holds its node until the pod ends (sigs.k8s.io/karpenter v1.15.0
+# pkg/controllers/state/statenode.go ValidateNodeDisruptable), as the NodePool sets no terminationGracePeriod.
+DRIFT_EVICTS = ("running GPU jobs on a drifted node are evicted when Karpenter replaces it (a pod annotated "
+                "karpenter.sh/do-not-disrupt: \"true\" holds its node until it ends)")
 NAMESPACE = "kubernetes:core/v1:Namespace"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
@@ -107,6 +115,7 @@ class PoolChange:
     roll: str  # one phrase: how the change reaches the nodes, or "no roll"
     gpus_out: int | None = None  # GPUs out of service at once during the roll, when known
     size_applied: bool = False  # pulumi up sets the node count (the autoscaler does not own it)
+    drifts: bool = False  # a Karpenter pool whose nodes are replaced by drift
 
 
 @dataclass(frozen=True)
@@ -345,10 +354,41 @@ def _refresh_phrase(state: PoolState, at_once: int) -> str:
     return "; ".join(parts)
 
 
+def drift_at_once(budget: str, nodes: int) -> int:
+    """Nodes a Karpenter disruption budget lets go at once: a count, or a percentage of the pool's nodes rounded up
+    (sigs.k8s.io/karpenter v1.15.0 pkg/apis/v1/nodepool.go Budget.GetAllowedDisruptions)."""
+    if budget.endswith("%"):
+        return min(nodes, math.ceil(nodes * int(budget[:-1]) / 100))
+    return min(nodes, int(budget))
+
+
+def _drift_phrase(before: PoolState, state: PoolState) -> tuple[str, int]:
+    """How Karpenter replaces a pool's nodes after its template or node class changed, and nodes out at once."""
+    budget = str(state.roll.get("budget", "10%"))
+    nodes = min(before.nodes, state.nodes)
+    at_once = drift_at_once(budget, nodes)
+    pace = (f"{at_once} node{'s' if at_once != 1 else ''} ({_gpus(at_once * state.gpus_per_node)}) at a time "
+            f"(disruption budget {budget})" if at_once else
+            f"none while the disruption budget is {budget}")
+    return (f"drift replacement by Karpenter: each of the pool's {nodes} running node{'s' if nodes != 1 else ''} is "
+            f"marked Drifted and replaced by a node of the new template, {pace}; {DRIFT_EVICTS}; pulumi up does not "
+            "wait for it"), at_once
+
+
+def _drifts(steps: list[Step]) -> bool:
+    """Whether a Karpenter pool's nodes drift: its EC2NodeClass's spec or its NodePool's template changes."""
+    return any((step.resource["type"] == EC2_NODE_CLASS and any(c.path.startswith("spec") for c in step.changes))
+               or (step.resource["type"] == NODE_POOL and any(c.path.startswith("spec.template")
+                                                              for c in step.changes)) for step in steps)
+
+
 def _removal(before: PoolState | None) -> str:
     """How a removed pool's nodes go."""
     if before is None:
         return "removed"
+    if before.roll.get("method") == DRIFT:
+        return ("removed: the NodePool and its EC2NodeClass are deleted; Karpenter drains and terminates every node "
+                "of the pool")
     if before.roll.get("method") == "instance-refresh":
         return ("removed: the group is scaled to zero with its drain hook still in place (the stack retains the hook "
                 f"on delete; AWS deletes it with the group), drain: {before.roll.get('drain', 'none')}; then every "
@@ -477,6 +517,10 @@ def _pool_change(name: str, before: PoolState | None, after: PoolState | None, s
         at_once = _at_once(min(before.nodes, after.nodes), after.roll.get("minHealthyPercentage"))
         phrases.append(f"{_refresh_phrase(after, at_once)}; {REFRESH_CANCELS}")
         gpus_out = max(gpus_out or 0, at_once * after.gpus_per_node)
+    elif method == DRIFT and _drifts(steps):
+        phrase, at_once = _drift_phrase(before, after)
+        phrases.append(phrase)
+        gpus_out = max(gpus_out or 0, at_once * after.gpus_per_node)
     elif template_changed and method == "machineset":
         phrases.append(f"MachineSet template: reaches only machines created from now on; the {before.nodes} "
                        "running nodes keep their image until replaced")
@@ -492,16 +536,23 @@ def _pool_change(name: str, before: PoolState | None, after: PoolState | None, s
     if capped and method == "instance-refresh":
         phrases.append(f"maximum {before.max_nodes} -> {after.max_nodes}: AWS lowers the group's size to the new "
                        "maximum, so running nodes above it are terminated (each drained first)")
+    elif capped and method == DRIFT:
+        phrases.append(f"limit {before.max_nodes} -> {after.max_nodes} nodes: Karpenter launches no node above it; "
+                       "running nodes above it stay until they are empty and consolidated")
     elif capped:
         phrases.append(f"maximum {before.max_nodes} -> {after.max_nodes}: the autoscaler adds no machine above it; "
                        "running machines above it stay until it scales them down")
-    if after.nodes != before.nodes:
+    if after.nodes != before.nodes and method == DRIFT:
+        phrases.append(f"nodes now {before.nodes} -> {after.nodes}: what the stack says runs now, for the summary; "
+                       "Karpenter owns the count, and no resource changes for it")
+    elif after.nodes != before.nodes:
         phrases.append(f"scales {before.nodes} -> {after.nodes} nodes" if size_applied(steps) else
                        f"config size {before.nodes} -> {after.nodes}, but the autoscaler owns the live count "
                        "(ignoreChanges): pulumi up does not set it"
                        + ("" if capped and method == "instance-refresh" else
                           ", and leaves the running nodes as they are"))
-    return PoolChange(name, before, after, "; ".join(phrases) or "no roll", gpus_out, size_applied(steps))
+    return PoolChange(name, before, after, "; ".join(phrases) or "no roll", gpus_out, size_applied(steps),
+                      method == DRIFT and _drifts(steps))
 
 
 # -- the summary -------------------------------------------------------------------------------------------------
@@ -675,6 +726,13 @@ def _destructive(diff: PlanDiff, pools: list[PoolChange], tenants: list[TenantCh
                 and pool.after.roll.get("method") == "instance-refresh":
             items.append(Destructive(f"pool {pool.name} maximum {pool.before.max_nodes} -> {pool.after.max_nodes}",
                                      "any running nodes above the new maximum (AWS lowers the group's size to it)"))
+        elif pool.before and pool.after and pool.after.roll.get("method") == DRIFT and pool.drifts \
+                and min(pool.before.nodes, pool.after.nodes):
+            nodes = min(pool.before.nodes, pool.after.nodes)
+            items.append(Destructive(f"pool {pool.name} drift replacement",
+                                     f"running GPU jobs on its {nodes} node{'s' if nodes != 1 else ''}: {DRIFT_EVICTS}, "
+                                     f"{drift_at_once(str(pool.after.roll.get('budget', '10%')), nodes)} node(s) at "
+                                     "a time"))
         elif pool.before and pool.after and _mig_change(pool.before, pool.after):
             items.append(Destructive(f"pool {pool.name} MIG layout {_layout(pool.before)} -> {_layout(pool.after)}",
                                      f"running GPU jobs on its {pool.after.nodes} node"

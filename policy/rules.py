@@ -49,6 +49,9 @@ POOL_COMPONENT = "gpu-platform:index:GpuNodePool"
 MACHINE_SET = "kubernetes:machine.openshift.io/v1beta1:MachineSet"
 AUTO_SCALING_GROUP = "aws:autoscaling/group:Group"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+# A Karpenter pool (components/placements/karpenter.py): counted at its limits, its nodes' labels and taints those of
+# its template (sigs.k8s.io/karpenter v1.15.0 pkg/apis/v1/nodepool.go NodePoolSpec, NodeClaimTemplate).
+NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
 CLUSTER_POLICY = "kubernetes:nvidia.com/v1:ClusterPolicy"
 NVIDIA_DRIVER = "kubernetes:nvidia.com/v1alpha1:NVIDIADriver"
 # Where each GPU Operator resource keeps the tolerations of the operand DaemonSets it creates.
@@ -181,14 +184,23 @@ def gpus_per_node(pool: PolicyResource) -> int:
     say): a MachineSet's GPU annotation, an Auto Scaling Group's resource tags of every GPU kind."""
     if pool.resource_type == MACHINE_SET:
         return whole(dig(pool.props, "metadata", "annotations", labels.MACHINESET_CAPACITY_ANNOTATIONS["gpu"])) or 0
+    if pool.resource_type == NODE_POOL:
+        return sum(node_pool_limits(pool).values())
     prefix = labels.CA_RESOURCE_TAG.format(resource="")
     return sum(whole(value) or 0 for key, value in asg_tags(pool.props).items()
                if key.startswith(prefix) and is_gpu_resource(key.removeprefix(prefix)))
 
 
+def node_pool_limits(pool: PolicyResource) -> dict[str, int]:
+    """A Karpenter NodePool's limits on the kinds GPUs are advertised as: its ceiling per kind."""
+    return {kind: whole(value) or 0 for kind, value in (dig(pool.props, "spec", "limits") or {}).items()
+            if is_gpu_resource(kind)}
+
+
 def gpu_pools(resources: Iterable[PolicyResource]) -> list[PolicyResource]:
-    """MachineSets and Auto Scaling Groups that are GPU pools: children of a GpuNodePool, or advertising GPUs."""
-    return [r for r in resources if r.resource_type in (MACHINE_SET, AUTO_SCALING_GROUP)
+    """MachineSets, Auto Scaling Groups and Karpenter NodePools that are GPU pools: children of a GpuNodePool, or
+    advertising GPUs."""
+    return [r for r in resources if r.resource_type in (MACHINE_SET, AUTO_SCALING_GROUP, NODE_POOL)
             and ((r.parent is not None and r.parent.resource_type == POOL_COMPONENT) or gpus_per_node(r) > 0)]
 
 
@@ -250,7 +262,10 @@ def pool_capacity(pool: PolicyResource, sharing: Mapping[str, int],
 
     The size is the configured one the program records (labels.CONFIGURED_NODES), which stack policies see alike
     under `pulumi up` (outputs: the live size the autoscaler moved) and gpuctl (inputs); the size fields only
-    where a pool does not record it."""
+    where a pool does not record it. A Karpenter NodePool counts at its limits: Karpenter launches nodes for
+    pending pods up to them."""
+    if pool.resource_type == NODE_POOL:
+        return {kind: count for kind, count in node_pool_limits(pool).items() if count}
     if pool.resource_type == MACHINE_SET:
         configured = dig(pool.props, "metadata", "annotations", labels.CONFIGURED_NODES)
         nodes = configured if configured is not None else dig(pool.props, "spec", "replicas")
@@ -321,11 +336,11 @@ def names_images(resource_type: str) -> bool:
 
 
 def is_pool(resource_type: str) -> bool:
-    return resource_type in (MACHINE_SET, AUTO_SCALING_GROUP)
+    return resource_type in (MACHINE_SET, AUTO_SCALING_GROUP, NODE_POOL)
 
 
 def is_pool_part(resource_type: str) -> bool:
-    return resource_type in (MACHINE_SET, AUTO_SCALING_GROUP, LAUNCH_TEMPLATE)
+    return resource_type in (MACHINE_SET, AUTO_SCALING_GROUP, LAUNCH_TEMPLATE, NODE_POOL)
 
 
 def is_role(resource_type: str) -> bool:
@@ -402,6 +417,11 @@ def _pools_tainted(args: ResourceValidationArgs, report: ReportViolation) -> Non
             report(f"Auto Scaling Group {args.props.get('name') or args.name} lacks the tag {tag}=:{effect} (the "
                    "autoscaler's template node when scaling from zero), so the autoscaler plans CPU pods onto its "
                    f"nodes; add it", None)
+    elif args.resource_type == NODE_POOL and (in_pool or gpus_per_node(args) > 0):
+        taints = items(dig(args.props, "spec", "template", "spec", "taints"))
+        if not any(t.get("key") == key and t.get("effect") == effect for t in taints):
+            report(f"{describe(args.resource_type, args.props)} does not taint its nodes {GPU_TAINT_TEXT}, so "
+                   f"CPU pods can fill them; add {{key: {key}, effect: {effect}}} to spec.template.spec.taints", None)
     elif args.resource_type == LAUNCH_TEMPLATE and in_pool and not registers_gpu_taint(args):
         report(f"launch template {args.props.get('name') or args.name} of a GPU pool does not start the kubelet with "
                f"--register-with-taints={GPU_TAINT_TEXT}, so its nodes are not tainted and CPU pods can fill them; "
@@ -467,16 +487,20 @@ def _quota_within_capacity(args: StackValidationArgs, report: ReportViolation) -
 
 
 def pool_node_labels(pool: PolicyResource) -> dict[str, str]:
-    """The labels a pool's nodes register with: a MachineSet's template, an Auto Scaling Group's node-template tags."""
+    """The labels a pool's nodes register with: a MachineSet's or NodePool's template, an Auto Scaling Group's
+    node-template tags."""
     if pool.resource_type == MACHINE_SET:
         return dict(dig(pool.props, "spec", "template", "spec", "metadata", "labels") or {})
+    if pool.resource_type == NODE_POOL:
+        return dict(dig(pool.props, "spec", "template", "metadata", "labels") or {})
     prefix = labels.CA_LABEL_TAG.format(key="")
     return {key.removeprefix(prefix): value for key, value in asg_tags(pool.props).items() if key.startswith(prefix)}
 
 
 def pool_taints(pool: PolicyResource) -> list[dict[str, str]]:
-    """The taints a pool's nodes register with: a MachineSet's template, an Auto Scaling Group's taint tags."""
-    if pool.resource_type == MACHINE_SET:
+    """The taints a pool's nodes register with: a MachineSet's or NodePool's template, an Auto Scaling Group's taint
+    tags."""
+    if pool.resource_type in (MACHINE_SET, NODE_POOL):
         return [dict(taint) for taint in items(dig(pool.props, "spec", "template", "spec", "taints"))]
     prefix = labels.CA_TAINT_TAG.format(key="")
     return [{"key": key.removeprefix(prefix), "effect": value.rpartition(":")[2],
@@ -508,7 +532,7 @@ class PoolView:
 
 
 def queue_pools(resources: Sequence[PolicyResource]) -> list[PoolView]:
-    """MachineSet and Auto Scaling Group pools, and bring-your-own pools by what their component declares (their
+    """MachineSet, Auto Scaling Group and Karpenter NodePool pools, and bring-your-own pools by what their component declares (their
     nodes' GPU taint is checked live under `pulumi up`)."""
     found = index(resources)
     sharing = device_plugin_sharing(resources)
@@ -1041,8 +1065,8 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
     resource_policy(
         applies_to=is_pool_part,
         name="gpu-pool-tainted",
-        description=f"Every GPU pool taints its nodes {GPU_TAINT_TEXT}: a MachineSet in its template, an Auto Scaling "
-                    "Group in the autoscaler's taint tag, a pool's launch template in the kubelet's flags.",
+        description=f"Every GPU pool taints its nodes {GPU_TAINT_TEXT}: a MachineSet or Karpenter NodePool in its "
+                    "template, an Auto Scaling Group in the autoscaler's taint tag, a pool's launch template in the kubelet's flags.",
         validate=_pools_tainted,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),

@@ -161,6 +161,20 @@ class DiscoveryConfig(StrictModel):
     timeout_seconds: Annotated[float, Strict()] = Field(default=10.0, gt=0, le=120)
 
 
+_TAGS = dict[Annotated[str, Field(min_length=1, max_length=128)], Annotated[str, Field(min_length=1, max_length=256)]]
+
+
+class KarpenterClusterConfig(StrictModel):
+    """Kubernetes on AWS: what every Karpenter pool's EC2NodeClass shares. Karpenter itself is the cluster's."""
+
+    node_role: str = Field(pattern=r"^[A-Za-z0-9_+=,.@-]{1,64}$",
+                           description="IAM role of the nodes Karpenter launches (its instance profile is Karpenter's)")
+    subnet_tags: _TAGS | None = Field(default=None, max_length=20, description=(
+        "tags that select the subnets nodes launch in; default karpenter.sh/discovery: <cluster name>"))
+    security_group_tags: _TAGS | None = Field(default=None, max_length=20, description=(
+        "tags that select the nodes' security groups; default karpenter.sh/discovery: <cluster name>"))
+
+
 class ClusterConfig(StrictModel):
     """The cluster the platform lands on."""
 
@@ -187,6 +201,8 @@ class ClusterConfig(StrictModel):
         default=None, pattern=r"^[A-Za-z0-9_+=,.@-]{1,64}$",
         description="Kubernetes: IAM role of the nodes the node termination handler runs on; gets its policy")
     discovery: DiscoveryConfig = DiscoveryConfig()
+    karpenter: KarpenterClusterConfig | None = Field(
+        default=None, description="Kubernetes on AWS: the node role and selectors of the Karpenter pools")
     monitoring_namespaces: tuple[Annotated[str, _dns_label(63)], ...] | None = Field(
         default=None, description="namespaces whose Prometheus may scrape tenants; default by flavor")
     project_self_provisioning: StrictBool = Field(
@@ -214,6 +230,11 @@ class ClusterConfig(StrictModel):
             if self.release or self.kernel:
                 raise ValueError("release and kernel belong to OpenShift clusters; on Kubernetes each pool declares "
                                  "the kernel its image boots")
+            if self.karpenter is not None and self.flavor == "kubernetes":
+                tags = {"karpenter.sh/discovery": self.name}
+                object.__setattr__(self, "karpenter", self.karpenter.model_copy(update={
+                    "subnet_tags": self.karpenter.subnet_tags or tags,
+                    "security_group_tags": self.karpenter.security_group_tags or tags}))
             if "project_self_provisioning" in self.model_fields_set:
                 raise ValueError("projectSelfProvisioning applies to OpenShift (its self-provisioner role); on "
                                  "Kubernetes who may create namespaces is your RBAC's: remove it")
@@ -240,6 +261,9 @@ class ClusterConfig(StrictModel):
             update={"kubeconfig": self.kubeconfig, "context": self.context}))
 
     def _check_openshift(self) -> None:
+        if self.karpenter is not None:
+            raise ValueError("karpenter applies to Kubernetes on AWS; OpenShift pools are MachineSets, scaled by the "
+                             "cluster autoscaler: remove it")
         if self.node_termination_handler_role:
             raise ValueError("nodeTerminationHandlerRole applies to Kubernetes (Auto Scaling Group pools); OpenShift "
                              "drains machines itself: remove it")
@@ -402,6 +426,27 @@ class RollConfig(StrictModel):
         return self
 
 
+_DURATION = r"^(([0-9]+(s|m|h))+|Never)$"  # Karpenter's NillableDuration (pkg/apis/v1/nodepool.go)
+
+
+class KarpenterPoolConfig(StrictModel):
+    """Kubernetes on AWS: the pool is a Karpenter NodePool and EC2NodeClass; Karpenter launches its nodes for pending
+    pods, up to maxReplicas, and replaces them by drift when the image changes (components/placements/karpenter.py)."""
+
+    capacity_types: tuple[Literal["on-demand", "spot", "reserved"], ...] = Field(
+        default=("on-demand",), min_length=1, description="karpenter.sh/capacity-type values nodes may have")
+    zones: tuple[Annotated[str, Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-[0-9][a-z]$")], ...] = Field(
+        default=(), description="availability zones nodes may launch in; none: every zone of the selected subnets")
+    consolidation: Literal["WhenEmpty", "WhenEmptyOrUnderutilized"] = Field(default="WhenEmpty", description=(
+        "WhenEmpty: a node goes only once no pod runs on it; WhenEmptyOrUnderutilized also moves running jobs"))
+    consolidate_after: str = Field(default="10m", pattern=_DURATION,
+                                   description="how long a node stays empty (or underused) before it goes")
+    disruption_budget: str = Field(default="1", pattern=r"^((100|[0-9]{1,2})%|[0-9]+)$",
+                                   description="nodes (or a percentage) disrupted at once, drift replacement included")
+    expire_after: str = Field(default="Never", pattern=_DURATION,
+                              description="replace every node this long after it launched; Never: keep it")
+
+
 class BringYourOwnConfig(StrictModel):
     """Nodes that join the cluster by other means (bare metal, a managed node group, another tool): the stack
     provisions nothing for them, declares their driver, checks live that they carry the GPU taint, and counts them."""
@@ -415,7 +460,23 @@ class BringYourOwnConfig(StrictModel):
 
 # Settings of pools this stack provisions, which a bring-your-own pool cannot have.
 _PROVISIONING_FIELDS = ("instance_type", "image", "availability_zone", "root_volume_gib", "min_replicas",
-                        "max_replicas", "profile", "fabric", "subnet_id", "roll", "retired")
+                        "max_replicas", "profile", "fabric", "subnet_id", "roll", "retired", "karpenter")
+# Settings of an Auto Scaling Group or MachineSet pool that a Karpenter pool does not take, and what it takes instead.
+_NOT_KARPENTER = {
+    "roll": "a Karpenter pool rolls by drift, karpenter.disruptionBudget nodes at a time: set that instead",
+    "availability_zone": "set karpenter.zones instead",
+    "subnet_id": "set karpenter.zones instead (subnets are selected by cluster.karpenter.subnetTags)",
+    "fabric": "EFA pools need a cluster placement group in one subnet, which this platform sets up for Auto Scaling "
+              "Group pools only: remove karpenter to make it one",
+    "profile": "Karpenter writes a Karpenter pool's boot script, which a node profile tunes on Auto Scaling Group pools "
+               "only: remove karpenter to make it one",
+    "time_slicing_replicas": "Karpenter launches a node for a pending pod only from what its instance types offer, and "
+                             "EC2's offer nvidia.com/gpu, not shares (aws/karpenter-provider-aws instancetype/types.go "
+                             "computeCapacity): share GPUs on an Auto Scaling Group pool",
+    "mig_layout": "Karpenter launches a node for a pending pod only from what its instance types offer, and EC2's offer "
+                  "nvidia.com/gpu, not MIG slices (aws/karpenter-provider-aws instancetype/types.go computeCapacity): "
+                  "slice GPUs on an Auto Scaling Group pool",
+}
 
 
 class NodePoolConfig(StrictModel):
@@ -424,6 +485,8 @@ class NodePoolConfig(StrictModel):
     name: Annotated[str, _dns_label(30)]
     bring_your_own: BringYourOwnConfig | None = Field(
         default=None, description="Kubernetes: nodes from elsewhere, selected by labels; nothing is provisioned")
+    karpenter: KarpenterPoolConfig | None = Field(
+        default=None, description="Kubernetes on AWS: a Karpenter NodePool instead of an Auto Scaling Group")
     instance_type: str | None = None
     replicas: Int = Field(ge=0, le=MAX_POOL_NODES)
     min_replicas: Int = Field(default=0, ge=0, le=MAX_POOL_NODES)
@@ -495,6 +558,20 @@ class NodePoolConfig(StrictModel):
                              "or remove fabric")
         return self
 
+    def karpenter_problem(self) -> tuple[str, str] | None:
+        """(field, what is wrong and the fix) of a Karpenter pool's settings, or None: a maximum (its limit), no
+        minimum, none of an Auto Scaling Group's or MachineSet's settings."""
+        for field, fix in _NOT_KARPENTER.items():
+            if getattr(self, field) is not None and field in self.model_fields_set:
+                return to_camel(field), f"does not apply to a karpenter pool; {fix}"
+        if self.min_replicas:
+            return "minReplicas", ("a karpenter pool has no minimum: Karpenter launches nodes for pending pods and "
+                                   "removes empty ones; set 0 or leave it out")
+        if self.max_replicas is None:
+            return "maxReplicas", ("is required for a karpenter pool: the most nodes Karpenter may launch (the "
+                                   "NodePool's limits, and what quotas and Kueue count the pool at)")
+        return None
+
     def _check_partitioning(self) -> None:
         """A pool shares its GPUs or slices them, not both; a MIG layout the pool's GPU can hold."""
         if len(set(self.dedicated_to or ())) != len(self.dedicated_to or ()):
@@ -538,8 +615,8 @@ class NodePoolConfig(StrictModel):
 
     @property
     def advertised(self) -> dict[str, int]:
-        """What the pool's nodes advertise together at its configured size, by extended resource."""
-        return {name: count * self.replicas for name, count in self.advertised_per_node.items()}
+        """What the pool's nodes advertise together at its counted size, by extended resource."""
+        return {name: count * self.counted_nodes for name, count in self.advertised_per_node.items()}
 
     @property
     def instance(self) -> InstanceType:
@@ -554,8 +631,14 @@ class NodePoolConfig(StrictModel):
         return KernelTarget(self.os, self.kernel) if self.os and self.kernel else None
 
     @property
+    def counted_nodes(self) -> int:
+        """The nodes quotas, Kueue and the capacity policy count: a Karpenter pool's limit (it launches nodes for
+        pending pods up to it), any other pool's configured size."""
+        return self.max_replicas if self.karpenter is not None else self.replicas
+
+    @property
     def gpu_capacity(self) -> int:
-        return self.replicas * self.instance.gpus
+        return self.counted_nodes * self.instance.gpus
 
     @property
     def autoscaler_min(self) -> int:
@@ -896,6 +979,18 @@ class StackConfig(StrictModel):
                 raise _field_error(("nodePools", index, "bringYourOwn"), (
                     "applies to Kubernetes clusters; OpenShift pools are MachineSets of this stack: remove it and "
                     "set instanceType and image"))
+            if pool.karpenter is not None and cluster.flavor == "openshift":
+                raise _field_error(("nodePools", index, "karpenter"), (
+                    "applies to Kubernetes clusters on AWS; OpenShift pools are MachineSets, scaled by the cluster "
+                    "autoscaler: remove it"))
+            if pool.karpenter is not None and (problem := pool.karpenter_problem()):
+                raise _field_error(("nodePools", index, problem[0]), problem[1])
+            if pool.karpenter is not None and cluster.karpenter is None:
+                raise _field_error(("cluster", "karpenter"), (
+                    f"is required: pool {pool.name!r} is a Karpenter NodePool; set cluster.karpenter.nodeRole to the "
+                    "IAM role of the nodes Karpenter launches"))
+        if cluster.karpenter is not None and not self.karpenter_pools:
+            raise _field_error(("cluster", "karpenter"), "configures Karpenter pools, and no pool is one; remove it")
         if cluster.flavor == "kubernetes" and self.aws_pools and not (
                 cluster.subnet_ids and cluster.security_group_ids and cluster.instance_profile):
             missing = ", ".join(name for name in ("subnetIds", "securityGroupIds", "instanceProfile")
@@ -919,10 +1014,15 @@ class StackConfig(StrictModel):
 
     @property
     def aws_pools(self) -> tuple[NodePoolConfig, ...]:
-        """Kubernetes pools this stack provisions on AWS: Auto Scaling Groups (every pool but bring-your-own)."""
+        """Kubernetes pools this stack provisions as AWS resources: Auto Scaling Groups (every pool but bring-your-own
+        and Karpenter's, which are Kubernetes objects)."""
         if self.cluster.flavor != "kubernetes":
             return ()
-        return tuple(pool for pool in self.node_pools if pool.bring_your_own is None)
+        return tuple(pool for pool in self.node_pools if pool.bring_your_own is None and pool.karpenter is None)
+
+    @property
+    def karpenter_pools(self) -> tuple[NodePoolConfig, ...]:
+        return tuple(pool for pool in self.node_pools if pool.karpenter is not None)
 
     def _check_networks_carry_traffic(self) -> None:
         """Tenant networks only where their frames reach the wire: AWS drops the extra MAC addresses macvlan gives
@@ -1111,6 +1211,9 @@ PATTERN_FIXES = {
     r"^[a-z0-9.-]+/[A-Za-z0-9_.-]+$": "write the resource name the SR-IOV device plugin advertises for the VFs, "
     "<domain>/<name>",
     _CPU: "write whole cores (e.g. 64) or millicores (e.g. 500m)",
+    _DURATION: "write a duration in hours, minutes and seconds, e.g. 10m or 720h, or Never",
+    r"^((100|[0-9]{1,2})%|[0-9]+)$": "write a number of nodes (e.g. 1) or a percentage of them (e.g. 10%), quoted",
+    r"^[a-z]{2}(-gov)?-[a-z]+-[0-9][a-z]$": "write an availability zone name, e.g. us-east-1a",
     _MEMORY: "write a size in Mi, Gi or Ti, e.g. 256Gi",
     ChartsConfig.model_fields["mirror"].metadata[0].pattern: "write a Helm repository URL (https://charts.example."
     "com/stable) or an OCI path (oci://registry.example.com/charts), without credentials or a query",

@@ -19,8 +19,12 @@ from components.mig_config import MigPartedConfig, MigPartedConfigArgs
 from components.monitoring import MonitoringStack, MonitoringStackArgs
 from components.nfd import NfdStack, NfdStackArgs
 from components.node_drain import NodeDrain, NodeDrainArgs
-from components.node_pool import (AutoScalingPlacement, BringYourOwnPlacement, GpuNodePool, GpuNodePoolArgs,
-                                  InstanceRefresh, MachineSetPlacement, cluster_autoscaler, group_prefix)
+from components.node_pool import GpuNodePool
+from components.placements.auto_scaling_group import AutoScalingPlacement, InstanceRefresh, group_prefix
+from components.placements.base import GpuNodePoolArgs
+from components.placements.bring_your_own import BringYourOwnPlacement
+from components.placements.karpenter import KarpenterPlacement
+from components.placements.machine_set import MachineSetPlacement, cluster_autoscaler
 from components.node_profile import NodeTuning
 from components.tenant_network import TenantNetwork, network_admission_args
 from components.tenant_objects import TenantObjects, TenantObjectsArgs
@@ -215,6 +219,12 @@ class GpuPlatform(pulumi.ComponentResource):
         cluster = config.cluster
         if pool.bring_your_own is not None:
             placement = BringYourOwnPlacement(dict(pool.bring_your_own.node_selector))
+        elif pool.karpenter is not None:
+            own = pool.karpenter
+            placement = KarpenterPlacement(
+                cluster.karpenter.node_role, dict(cluster.karpenter.subnet_tags),
+                dict(cluster.karpenter.security_group_tags), own.capacity_types, own.zones, own.consolidation,
+                own.consolidate_after, own.disruption_budget, own.expire_after)
         elif cluster.flavor == "openshift":
             placement = MachineSetPlacement(cluster.infrastructure_id, pool.machine_set_name(cluster),
                                             cluster.region, pool.zone(cluster),
@@ -222,14 +232,14 @@ class GpuPlatform(pulumi.ComponentResource):
         else:
             # An EFA pool launches in its one subnet: its cluster placement group lives in one availability zone.
             placement = AutoScalingPlacement(cluster.name, (pool.subnet_id,) if pool.subnet_id else cluster.subnet_ids,
-                                             cluster.security_group_ids, cluster.instance_profile)
+                                             cluster.security_group_ids, cluster.instance_profile,
+                                             InstanceRefresh(**pool.roll.model_dump()),
+                                             drain_permitted=bool(cluster.node_termination_handler_role))
         return GpuNodePoolArgs(
             name=pool.name, instance_type=pool.instance_type, instance=pool.instance, replicas=pool.replicas,
             min_replicas=pool.autoscaler_min, max_replicas=pool.autoscaler_max, image=pool.image,
             root_volume_gib=pool.root_volume_gib, placement=placement, kernel=pool.kernel_target,
-            refresh=InstanceRefresh(**pool.roll.model_dump()), retired=pool.retired,
-            partitioning=pool.partitioning, dedicated=pool.dedicated_to is not None,
-            drain_permitted=bool(cluster.node_termination_handler_role),
+            retired=pool.retired, partitioning=pool.partitioning, dedicated=pool.dedicated_to is not None,
             **tuning.pool_args(pool))
 
     def _pull_secret(self, config: StackConfig, namespace: str, after: pulumi.Resource) -> k8s.core.v1.Secret | None:

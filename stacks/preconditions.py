@@ -29,6 +29,9 @@ MULTUS_FIX = ("install Multus (its NetworkAttachmentDefinition CRD; built into O
               "sets disableMultiNetwork), or remove networks from the tenants")
 CERT_MANAGER_FIX = (f"install cert-manager (the cert-manager Operator for Red Hat OpenShift), or set {PROJECT}:"
                     "tenancy.certManager: install to let the stack install it")
+KARPENTER_FIX = ("Karpenter pools need Karpenter v1 running on the cluster (its karpenter.sh and karpenter.k8s.aws "
+                 "CRDs; install it with its Helm chart or use EKS Auto Mode), or make those pools Auto Scaling Groups "
+                 "by removing karpenter from them")
 PROMETHEUS_FIX = (f"install the Prometheus Operator (its CRDs), or set {PROJECT}:monitoring.prometheusOperator: "
                   "false to deploy without the GPU alerts and the exporter's ServiceMonitor")
 
@@ -56,6 +59,8 @@ NODE_TUNING = (Precondition("machineconfigpools.machineconfiguration.openshift.i
                Precondition("tuneds.tuned.openshift.io", "Tuned", TUNING_FIX))
 CERT_MANAGER = (Precondition("issuers.cert-manager.io", "Issuer", CERT_MANAGER_FIX),
                 Precondition("certificates.cert-manager.io", "Certificate", CERT_MANAGER_FIX))
+KARPENTER = (Precondition("nodepools.karpenter.sh", "NodePool", KARPENTER_FIX),
+             Precondition("ec2nodeclasses.karpenter.k8s.aws", "EC2NodeClass", KARPENTER_FIX))
 MULTUS = (Precondition("network-attachment-definitions.k8s.cni.cncf.io", "NetworkAttachmentDefinition", MULTUS_FIX),)
 PROMETHEUS_OPERATOR = (Precondition("prometheusrules.monitoring.coreos.com", "PrometheusRule", PROMETHEUS_FIX),
                        Precondition("servicemonitors.monitoring.coreos.com", "ServiceMonitor", PROMETHEUS_FIX))
@@ -75,7 +80,8 @@ def required_crds(config: StackConfig) -> tuple[Precondition, ...]:
     OpenShift: OLM's (Subscription, OperatorGroup) and the Machine API's (MachineSet, MachineAutoscaler,
     ClusterAutoscaler); with node profiles, the Machine Config and Node Tuning Operators' (MachineConfigPool,
     PerformanceProfile, Tuned); in queue mode with `tenancy.certManager: existing`, cert-manager's (Issuer,
-    Certificate), which the Red Hat build of Kueue uses. Tenant networks: Multus's NetworkAttachmentDefinition. With
+    Certificate), which the Red Hat build of Kueue uses. Karpenter pools: Karpenter's NodePool and EC2NodeClass (the
+    cluster runs Karpenter; the stack declares pools only). Tenant networks: Multus's NetworkAttachmentDefinition. With
     `monitoring.prometheusOperator`: PrometheusRule (the GPU alerts) and ServiceMonitor (the GPU Operator creates
     the DCGM exporter's from the ClusterPolicy).
     """
@@ -86,6 +92,8 @@ def required_crds(config: StackConfig) -> tuple[Precondition, ...]:
             needed += NODE_TUNING
         if config.tenancy.cert_manager == "existing":  # a setting of queue mode on OpenShift only
             needed += CERT_MANAGER
+    if any(getattr(pool, "karpenter", None) for pool in config.node_pools):
+        needed += KARPENTER
     if any(getattr(tenant, "networks", ()) for tenant in config.tenants):
         needed += MULTUS
     if config.prometheus_operator:

@@ -3,6 +3,7 @@ then each validation; Kubernetes' own library functions the policies call are ad
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
@@ -21,8 +22,16 @@ class Quantity:
         self.value = parse_quantity(str(text))
 
 
+def _find(text: Any, pattern: Any) -> celpy.celtypes.StringType:
+    """Kubernetes CEL's regex library: `s.find(re)` is the first match of `re` in `s`, or "" (k8s.io/apiserver
+    pkg/cel/library/regex.go)."""
+    match = re.search(str(pattern), str(text))
+    return celpy.celtypes.StringType(match.group(0) if match else "")
+
+
 KUBERNETES_FUNCTIONS = {"quantity": Quantity,
-                        "isGreaterThan": lambda a, b: celpy.celtypes.BoolType(a.value > b.value)}
+                        "isGreaterThan": lambda a, b: celpy.celtypes.BoolType(a.value > b.value),
+                        "find": _find}
 
 
 @cache

@@ -115,3 +115,9 @@ def prod_plan() -> Plan:
 def partitioned_plan() -> Plan:
     """examples/Pulumi.partitioned.yaml (MIG, shared, whole and dedicated pools), rendered once: never mutate it."""
     return render_stack("partitioned")
+
+
+@pytest.fixture(scope="session")
+def karpenter_plan() -> Plan:
+    """examples/Pulumi.karpenter.yaml (two Karpenter pools, one dedicated), rendered once: never mutate it."""
+    return render_stack("karpenter")

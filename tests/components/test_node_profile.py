@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from components.node_pool import kubelet_user_data
+from components.placements.auto_scaling_group import kubelet_user_data
 from components.node_profile import NodeProfile
 from gpuctl.diff import diff_plans
 from tests.conftest import Plan, render_stack, stack_config

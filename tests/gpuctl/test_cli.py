@@ -316,3 +316,17 @@ def test_a_json_file_that_cannot_be_written_is_one_line(tmp_path: Path, target: 
 
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith(f"error: --json-file {path}: ") and "Traceback" not in result.stderr
+
+
+def test_a_karpenter_pool_on_openshift_is_refused_in_one_line(tmp_path) -> None:
+    stack = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    stack["config"]["gpu-platform:nodePools"][1]["karpenter"] = {"disruptionBudget": "1"}
+    path = tmp_path / "Pulumi.dev-karpenter.yaml"
+    path.write_text(yaml.safe_dump(stack))
+
+    result = subprocess.run([sys.executable, "-m", "gpuctl", "render", "--config-file", str(path), "--out",
+                             str(tmp_path / "out"), "--offline"], cwd=ROOT, capture_output=True, text=True)
+
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: gpu-platform:nodePools[1].karpenter: applies to Kubernetes clusters on AWS")
+    assert not (tmp_path / "out").exists()

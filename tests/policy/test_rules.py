@@ -797,3 +797,32 @@ def test_mig_slices_are_counted_per_profile(fresh: Callable[[str], Document]) ->
     [violation] = of(check_plan(document), "gpu-quota-within-capacity")
     assert "quotas of MIG 1g.10gb (nvidia.com/mig-1g.10gb) add up to 57" in violation.message
     assert "advertise 56" in violation.message
+
+
+def test_a_karpenter_pool_counts_at_its_limit_and_must_taint_its_nodes(karpenter_plan: Plan) -> None:
+    """examples/Pulumi.karpenter.yaml: 16 GPUs of quota on pools whose NodePools may reach 20 (one node runs now)."""
+    document = copy.deepcopy(karpenter_plan.document)
+    assert check_plan(document) == []
+    inputs(document, "tenant-analytics-gpu-quota")["spec"]["hard"][labels.GPU_QUOTA_KEY] = "9"
+    [violation] = of(check_plan(document), "gpu-quota-within-capacity")
+    assert "add up to 21 GPUs" in violation.message and "advertise 20" in violation.message
+
+    node_pool = next(r for r in document["resources"] if r["type"] == "kubernetes:karpenter.sh/v1:NodePool")
+    node_pool["inputs"]["spec"]["template"]["spec"]["taints"] = []
+    [untainted] = of(check_plan(document), "gpu-pool-tainted")
+    assert "NodePool a10g-training does not taint its nodes" in untainted.message
+
+
+def test_queue_flavors_of_karpenter_pools_are_judged_at_their_limit() -> None:
+    config = stack_config("karpenter")
+    config["gpu-platform:tenancy"] = {"mode": "queue"}
+    doc = copy.deepcopy(render_stack("karpenter", config).document)
+    assert check_plan(doc) == []
+    queue = next(r for r in doc["resources"] if r["type"].endswith(":ClusterQueue")
+                 and r["inputs"]["metadata"]["name"] == "llm-training")
+    [quota] = [flavor["resources"][0] for group in queue["inputs"]["spec"]["resourceGroups"]
+               for flavor in group["flavors"] if flavor["name"] == "a10g-training"]
+    assert quota["nominalQuota"] == 8
+    quota["nominalQuota"] = 17  # the pool's limit is 4 nodes x 4 GPUs
+    [violation] = of(check_plan(doc), "queue-guarantee-within-capacity")
+    assert "its pool advertises 16" in violation.message
