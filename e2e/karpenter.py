@@ -109,6 +109,23 @@ def with_stand_in_node_class(nodepool: dict[str, Any]) -> dict[str, Any]:
         **nodepool["spec"]["template"], "spec": {**spec, "nodeClassRef": ref}}}}
 
 
+def stand_in(obj: dict[str, Any]) -> dict[str, Any]:
+    """A stack's object as applied here: a NodePool with the stand-in node class, anything else as it is."""
+    return with_stand_in_node_class(obj) if obj["kind"] == "NodePool" else obj
+
+
+def zones(nodepools: Iterable[dict[str, Any]]) -> list[str]:
+    """The zones the NodePools' requirements name (the stand-in zone too where one names none): where the stand-in
+    instance types are offered."""
+    found: set[str] = set()
+    for nodepool in nodepools:
+        named = [requirement["values"] for requirement in nodepool["spec"]["template"]["spec"]["requirements"]
+                 if requirement["key"] == ZONE_LABEL and requirement["operator"] == "In"]
+        for values in named or [DEFAULT_ZONES]:
+            found.update(values)
+    return sorted(found)
+
+
 def node_class(name: str) -> dict[str, Any]:
     """The stand-in for a pool's EC2NodeClass: a KWOKNodeClass, which resolves nothing."""
     return {"apiVersion": NODE_CLASS_API, "kind": NODE_CLASS_KIND, "metadata": {"name": name}, "spec": {}}

@@ -65,9 +65,12 @@ class Stack:
         plugin advertises under the pool's partitioning, per kind (fleet.partitioning, read from k8s-device-plugin
         v0.20.0: whole GPUs as nvidia.com/gpu, time-sliced shares renamed nvidia.com/gpu.shared and counted
         GPUs x replicas, MIG devices as nvidia.com/mig-<profile> under the mixed strategy, counted from the MIG
-        manager's layout); plus untainted CPU nodes."""
+        manager's layout); plus untainted CPU nodes. A Karpenter pool has none here: Karpenter launches its nodes
+        (e2e/karpenter.py)."""
         nodes = []
         for pool in self.config.node_pools:
+            if pool.karpenter is not None:
+                continue
             node_labels, taints = self._registration(pool)
             node_labels |= nfd_labels(self.config, pool) | {GPU_PRESENT_LABEL: "true"}
             shape = pool.instance if pool.bring_your_own is None else BYO_NODE_SHAPE

@@ -26,7 +26,7 @@ from e2e import karpenter, kueue
 from e2e.cluster import KWOK_STAGES, ControlPlane
 from e2e.conftest import Applied, apply_stack, prepare_cluster
 from e2e.kube import Kube, wait_for
-from e2e.stack import Stack, cpu_nodes
+from e2e.stack import Stack
 from e2e.test_kueue import condition, gpu_job, settles_at, submit, workload
 from e2e.test_tenants import container, in_namespace, pod
 from stacks.config import NodePoolConfig
@@ -42,47 +42,23 @@ NODEPOOL = (karpenter.NODEPOOL_API, "NodePool")
 NODECLAIM = (karpenter.NODECLAIM_API, "NodeClaim")
 
 
-# --- NodePools ---------------------------------------------------------------------------------------------------
-
-def interim_nodepool(stack: Stack, pool: NodePoolConfig, budget: str = "1") -> dict[str, Any]:
-    """A NodePool of the shape the stack's `karpenter` placement renders (until the stack renders them): the labels and
-    taints the pool's nodes register with, the kernel its image boots as a template label, its instance type, a
-    limit of its GPUs at its largest size, a drift budget, and an EC2NodeClass named after it."""
-    node_labels, taints = stack._registration(pool)  # noqa: SLF001 (the one reader of what a pool's nodes carry)
-    node_labels = {**node_labels, labels.KERNEL_LABEL: stack.config.kernel_target(pool).kernel}
-    size = pool.max_replicas or pool.replicas
-    return {
-        "apiVersion": karpenter.NODEPOOL_API, "kind": "NodePool", "metadata": {"name": pool.name},
-        "spec": {
-            "template": {
-                "metadata": {"labels": node_labels},
-                "spec": {
-                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": pool.name},
-                    "taints": taints,
-                    "requirements": [
-                        {"key": karpenter.INSTANCE_TYPE_LABEL, "operator": "In", "values": [pool.instance_type]},
-                        {"key": karpenter.CAPACITY_TYPE_LABEL, "operator": "In", "values": ["on-demand"]}],
-                    "expireAfter": "Never"}},
-            "limits": {resource: str(count * size) for resource, count in pool.advertised_per_node.items()},
-            "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "30s",
-                           "budgets": [{"nodes": budget}]}}}
-
-
-def nodepools(stack: Stack) -> dict[str, dict[str, Any]]:
-    """Each pool's NodePool as applied here: the EC2NodeClass reference swapped for the stand-in KWOKNodeClass."""
-    return {pool.name: karpenter.with_stand_in_node_class(interim_nodepool(stack, pool))
-            for pool in stack.config.node_pools}
-
-
 # --- the cluster -------------------------------------------------------------------------------------------------
+
+EXAMPLE = ROOT / "examples" / "Pulumi.karpenter.yaml"
+
+
+def example_config() -> dict[str, Any]:
+    """examples/Pulumi.karpenter.yaml's `config:` (staging on Karpenter: a10g-training, 4 x g5.12xlarge at most,
+    on-demand in two zones; l4-search, 4 x g6.xlarge at most, on-demand or spot, dedicated to search-ranking)."""
+    return yaml.safe_load(EXAMPLE.read_text())["config"]
+
 
 @dataclass
 class Karpentered:
-    """A stack applied to its own control plane with no GPU node: its pools are Karpenter's NodePools."""
+    """A stack whose GPU pools are all Karpenter's, applied to its own control plane with only CPU nodes, its NodePools
+    on the stand-in node class, Karpenter running."""
 
     applied: Applied
-    nodepools: dict[str, dict[str, Any]]
-    process: Any = None
 
     @property
     def admin(self) -> Kube:
@@ -92,6 +68,12 @@ class Karpentered:
     def stack(self) -> Stack:
         return self.applied.stack
 
+    def pool(self, name: str) -> NodePoolConfig:
+        return next(pool for pool in self.stack.config.node_pools if pool.name == name)
+
+    def nodepool(self, name: str) -> dict[str, Any]:
+        return self.admin.get(*NODEPOOL, name)
+
     def tenant(self, name: str) -> Kube:
         [tenant] = [tenant for tenant in self.stack.tenants() if tenant.name == name]
         return self.applied.user(f"{name}-member", tenant.rbac_group)
@@ -100,19 +82,21 @@ class Karpentered:
         return [node for node in self.admin.list("v1", "Node")
                 if node["metadata"].get("labels", {}).get(karpenter.NODEPOOL_LABEL) == pool]
 
-    def claims(self, pool: str) -> list[dict[str, Any]]:
-        return [claim for claim in self.admin.list(*NODECLAIM)
-                if claim["metadata"].get("labels", {}).get(karpenter.NODEPOOL_LABEL) == pool]
-
 
 def karpenter_cluster(stack: Stack, plane: ControlPlane, *, with_kueue: bool = False) -> Karpentered:
-    """The stack applied with only CPU nodes, its pools' NodePools and stand-in node classes, and Karpenter running
-    (and Kueue first, for a queue-mode stack)."""
-    admin = prepare_cluster(stack, plane, nodes=cpu_nodes())
+    """The cluster before the stack (Karpenter running, as the cluster's, and Kueue for a queue-mode stack), the
+    stand-in node classes, then the stack applied in the engine's order with its NodePools on them."""
+    admin = prepare_cluster(stack, plane)  # CPU nodes only: Karpenter launches every GPU node
+    assert stack.config.karpenter_pools == stack.config.node_pools
     if with_kueue:
         kueue.start(plane, admin, pods_ready_seconds=None)  # the configured 5 minutes: pods wait for nodes
+    nodepools = [obj for obj in stack.objects() if obj["kind"] == "NodePool"]
+    karpenter.start(plane, admin, karpenter.instance_types(
+        {pool.instance_type: pool.partitioning for pool in stack.config.node_pools}, karpenter.zones(nodepools)))
+    for nodepool in nodepools:
+        admin.apply(karpenter.node_class(nodepool["spec"]["template"]["spec"]["nodeClassRef"]["name"]))
     applied = Applied(stack, plane, admin)
-    apply_stack(applied)
+    apply_stack(applied, stand_in=karpenter.stand_in)
     assert applied.rejected == {}
     for tenant in stack.tenants():
         wait_for(lambda: admin.get("v1", "ServiceAccount", "default", tenant.name), f"{tenant.name}/default", 30)
@@ -120,20 +104,16 @@ def karpenter_cluster(stack: Stack, plane: ControlPlane, *, with_kueue: bool = F
         name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
         wait_for(lambda: (admin.get("v1", "ResourceQuota", name, namespace) or {}).get("status", {}).get("hard"),
                  f"quota {namespace}/{name} enforced", timeout=60)
-    pools = nodepools(stack)
-    types = karpenter.instance_types({pool.instance_type: pool.partitioning for pool in stack.config.node_pools})
-    process = karpenter.start(plane, admin, types)
-    for name, nodepool in pools.items():
-        admin.apply(karpenter.node_class(nodepool["spec"]["template"]["spec"]["nodeClassRef"]["name"]))
-        admin.apply(nodepool)
+    for nodepool in nodepools:
+        name = nodepool["metadata"]["name"]
         wait_for(lambda: condition(admin.get(*NODEPOOL, name), "Ready"), f"NodePool {name} Ready", SETTLE_SECONDS)
-    return Karpentered(applied, pools, process)
+    return Karpentered(applied)
 
 
 @pytest.fixture(scope="module")
 def quota_mode(tools, tmp_path_factory) -> Iterator[Karpentered]:
-    """staging (tenancy mode quota), its pools as NodePools."""
-    stack = Stack.render("staging")
+    """The example as it ships (tenancy mode quota)."""
+    stack = Stack.from_config("karpenter", example_config())
     with ControlPlane.start(tmp_path_factory.mktemp("cluster-karpenter"), stages=RUNNING) as plane:
         cluster = karpenter_cluster(stack, plane)
         yield cluster
@@ -194,8 +174,39 @@ def stays(probe: Callable[[], bool], seconds: float, interval: float = 1.0) -> b
     return True
 
 
-def gpu_pod(name: str, pool: str, gpus: int, resource: str = GPU) -> dict[str, Any]:
-    return pod(name, gpus=gpus, pool={labels.POOL_LABEL: pool}, resource=resource)
+def gpu_pod(cluster: Karpentered, name: str, pool: str, gpus: int) -> dict[str, Any]:
+    """A tenant's pod asking `gpus` whole GPUs of `pool`, as its users write it: the pool's selector, the GPU
+    toleration, and the pool's dedicated taint tolerated where the pool has one."""
+    body = pod(name, gpus=gpus, pool=cluster.stack.pool_selector(pool))
+    if cluster.pool(pool).dedicated_to:
+        body["spec"]["tolerations"].append({"key": labels.DEDICATED_TAINT_KEY, "operator": "Equal", "value": pool,
+                                            "effect": "NoSchedule"})
+    return body
+
+
+def service(cluster: Karpentered, tenant: str, name: str, pool: str, *, replicas: int, gpus: int,
+            spread: bool = False) -> dict[str, Any]:
+    """A tenant's Deployment of `replicas` pods of `gpus` GPUs each; `spread`: one pod a node (required pod
+    anti-affinity on the hostname)."""
+    spec = gpu_pod(cluster, name, pool, gpus)["spec"]
+    if spread:
+        spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {"app": name}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": tenant},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}}
+
+
+def serving_on(cluster: Karpentered, tenant: str, app: str) -> list[str]:
+    """The nodes of the app's running pods (one entry a pod)."""
+    return [found["spec"]["nodeName"] for found in cluster.admin.list("v1", "Pod", tenant)
+            if found["metadata"].get("labels", {}).get("app") == app and found["status"].get("phase") == "Running"
+            and not found["metadata"].get("deletionTimestamp")]
+
+
+def selects(driver: dict[str, Any], node: dict[str, Any]) -> bool:
+    """Whether the NVIDIADriver's nodeSelector selects the node (the operator runs its driver there)."""
+    return driver["spec"]["nodeSelector"].items() <= node["metadata"]["labels"].items()
 
 
 def created(obj: dict[str, Any]) -> datetime:
@@ -204,90 +215,95 @@ def created(obj: dict[str, Any]) -> datetime:
 
 # --- tests -------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("pool", "gpus"), [("l4-inference", 1), ("a10g-batch", 2)])
+@pytest.mark.parametrize(("pool", "tenant", "gpus"), [("a10g-training", "llm-training", 4),
+                                                      ("l4-search", "search-ranking", 1)])
 def test_a_tenants_pending_gpu_pod_gets_a_node_of_its_pool_and_instance_type(cluster: Karpentered, pool: str,
-                                                                            gpus: int) -> None:
-    """No GPU node exists; the tenant's pod asks GPUs of one pool; Karpenter launches a node of that pool, of the
-    pool's instance type, registered with the pool's labels, taints and kernel, and the scheduler binds the pod."""
-    config = next(candidate for candidate in cluster.stack.config.node_pools if candidate.name == pool)
+                                                                            tenant: str, gpus: int) -> None:
+    """No GPU node exists; a tenant's pod asks GPUs of one pool; Karpenter launches a node of that pool's NodePool,
+    of its instance type, capacity type and zones, registered with the pool's labels and taints and the kernel its
+    image boots, which the kernel's NVIDIADriver selects; the scheduler binds the pod there."""
+    config = cluster.pool(pool)
     assert not cluster.pool_nodes(pool)
-    cluster.tenant("search-ranking").create(in_namespace(gpu_pod("train", pool, gpus), "search-ranking"))
-    node = running_on(cluster, "search-ranking", "train")
+    cluster.tenant(tenant).create(in_namespace(gpu_pod(cluster, "train", pool, gpus), tenant))
+    node = running_on(cluster, tenant, "train")
     node_labels = node["metadata"]["labels"]
     assert node_labels[karpenter.NODEPOOL_LABEL] == pool
-    assert node_labels[labels.POOL_LABEL] == pool
+    assert cluster.stack.pool_selector(pool).items() <= node_labels.items()
     assert node_labels[karpenter.INSTANCE_TYPE_LABEL] == config.instance_type
+    assert node_labels[karpenter.CAPACITY_TYPE_LABEL] in config.karpenter.capacity_types
+    assert not config.karpenter.zones or node_labels[karpenter.ZONE_LABEL] in config.karpenter.zones
     assert node_labels[labels.KERNEL_LABEL] == config.kernel
-    assert labels.GPU_TAINT in [{"key": t["key"], "effect": t["effect"]} for t in node["spec"].get("taints") or []]
-    # Stand-in capacity (kwok provider's toNode): the node's GPUs are what the pod asked, not the instance's.
+    taints = [{key: value for key, value in taint.items() if key != "timeAdded"} for taint in node["spec"]["taints"]]
+    assert labels.GPU_TAINT in taints
+    assert (labels.dedicated_taint(pool) in taints) == bool(config.dedicated_to)
+    [driver] = [obj for obj in cluster.stack.objects() if obj["kind"] == "NVIDIADriver" and selects(obj, node)]
+    assert driver["spec"]["nodeSelector"][labels.KERNEL_LABEL] == config.kernel
+    # Stand-in capacity (the kwok provider's toNode): the node's GPUs are what the pod asked, not the instance's.
     assert node["status"]["capacity"][GPU] == str(gpus)
-    assert len(cluster.claims(pool)) == 1
 
 
 def test_a_pod_without_gpus_never_gets_a_gpu_node(cluster: Karpentered) -> None:
     """A tenant's CPU pod too big for the CPU nodes, and one that selects a GPU pool's label: Karpenter launches no
-    node for either (every NodePool is GPU-tainted and neither pod tolerates it); both stay pending."""
+    node for either (every NodePool is GPU-tainted and neither pod may tolerate that); both stay pending."""
     tenant = cluster.tenant("analytics")
     big = pod("big-cpu")
-    big["spec"]["containers"] = [container(resources={"requests": {"cpu": "40"}, "limits": {"cpu": "40"}})]  # nodes: 32
-    tenant.create(in_namespace(big, "analytics"))
-    tenant.create(in_namespace(pod("on-gpu-pool", pool={labels.POOL_LABEL: "l4-inference"}), "analytics"))
+    big["spec"]["containers"] = [container(resources={"requests": {"cpu": "40"}, "limits": {"cpu": "40"}})]
+    tenant.create(in_namespace(big, "analytics"))  # the CPU nodes have 32 CPUs each
+    tenant.create(in_namespace(pod("on-gpu-pool", pool=cluster.stack.pool_selector("a10g-training")), "analytics"))
     assert stays(lambda: not cluster.admin.list(*NODECLAIM) and all(
         cluster.admin.get("v1", "Pod", name, "analytics")["status"].get("phase") == "Pending"
         for name in ("big-cpu", "on-gpu-pool")), QUIET_SECONDS)
-    # Karpenter says why, on the pod: no NodePool's taints are tolerated.
+    # Karpenter says why, on the pod: the NodePools' GPU taint is not tolerated.
     messages = wait_for(lambda: [m for m in pod_events(cluster, "analytics", "on-gpu-pool") if "taint" in m],
                         "Karpenter's scheduling event", SETTLE_SECONDS)
     assert any(GPU in m for m in messages), messages
 
 
-def test_the_nodepools_gpu_limit_stops_scale_up(cluster: Karpentered) -> None:
-    """l4-inference: 1 GPU a node, at most 4 nodes, so a limit of 4 GPUs. Six one-GPU pods of three tenants: four
-    get nodes, two stay pending, and Karpenter says the pool's limit is why."""
-    pool = "l4-inference"
-    limit = int(cluster.nodepools[pool]["spec"]["limits"][GPU])
-    assert limit == 4
-    names = []
-    for tenant in ("search-ranking", "llm-training", "analytics"):
-        for index in range(2):
-            cluster.tenant(tenant).create(in_namespace(gpu_pod(f"infer-{index}", pool, 1), tenant))
-            names.append((tenant, f"infer-{index}"))
-
-    def phases() -> list[str]:
-        return [cluster.admin.get("v1", "Pod", name, tenant)["status"].get("phase") for tenant, name in names]
-    wait_for(lambda: phases().count("Running") == limit, f"{limit} pods running", SETTLE_SECONDS)
-    assert stays(lambda: phases().count("Running") == limit and len(cluster.pool_nodes(pool)) == limit,
+def test_the_nodepools_limits_stop_scale_up(cluster: Karpentered) -> None:
+    """a10g-training may grow to 4 nodes (limits: nodes 4, nvidia.com/gpu 16). llm-training spreads 5 one-GPU
+    replicas one a node (within its quota of 8): Karpenter launches 4 nodes, the fifth replica stays pending, and
+    Karpenter says the pool's limits are why. (The quotas of the example add up to the pool's GPU limit, so whole
+    nodes of GPUs cannot pass it; spreading can.)"""
+    pool, replicas = "a10g-training", 5
+    limits = cluster.nodepool(pool)["spec"]["limits"]
+    assert limits == {"nodes": "4", GPU: "16"}
+    cluster.tenant("llm-training").create(service(cluster, "llm-training", "spread", pool, replicas=replicas, gpus=1,
+                                                  spread=True))
+    wait_for(lambda: len(serving_on(cluster, "llm-training", "spread")) == 4, "4 replicas running", SETTLE_SECONDS)
+    assert stays(lambda: len(serving_on(cluster, "llm-training", "spread")) == 4 and len(cluster.pool_nodes(pool)) == 4,
                  QUIET_SECONDS)
-    status = cluster.admin.get(*NODEPOOL, pool)["status"]
-    assert status["resources"][GPU] == str(limit)
-    pending = [(tenant, name) for (tenant, name), phase in zip(names, phases()) if phase == "Pending"]
-    assert len(pending) == 2
-    tenant, name = pending[0]
-    assert wait_for(lambda: [m for m in pod_events(cluster, tenant, name) if "exceed limits" in m],
-                    "Karpenter's limit event", SETTLE_SECONDS)
+    resources = cluster.nodepool(pool)["status"]["resources"]
+    assert resources["nodes"] == "4"
+    # Stand-in capacity: each node counts the one GPU its pod asked (on EC2 each counts its 4, reaching 16 too).
+    assert resources[GPU] == "4"
+    [pending] = [found["metadata"]["name"] for found in cluster.admin.list("v1", "Pod", "llm-training")
+                 if found["status"].get("phase") == "Pending"]
+    messages = wait_for(lambda: [m for m in pod_events(cluster, "llm-training", pending) if "limit" in m],
+                        "Karpenter's limit event", SETTLE_SECONDS)
+    assert any(pool in m for m in messages), messages
 
 
 # The AMI+kernel change of a pool, as a stack change makes it: a new image that boots a new kernel.
 NEW_IMAGE, NEW_KERNEL = "ami-0a1b2c3d4e5f60718", "6.8.0-1024-aws"
 
 
-def changed(stack: Stack, pool: str, **fields: Any) -> Stack:
-    """The stack with `fields` of one pool changed, rendered as `pulumi up` would render it."""
-    config = yaml.safe_load((ROOT / f"Pulumi.{stack.name}.yaml").read_text())["config"]
+def changed(config: dict[str, Any], pool: str, **fields: Any) -> Stack:
+    """The example with `fields` of one pool changed, rendered as `pulumi up` would render it."""
+    config = copy.deepcopy(config)
     for entry in config["gpu-platform:nodePools"]:
         if entry["name"] == pool:
             entry.update(fields)
-    return Stack.from_config(stack.name, copy.deepcopy(config))
+    return Stack.from_config("karpenter", config)
 
 
 class Roll:
     """Watches a pool while Karpenter rolls it: at each look, how many of its nodes are being disrupted (tainted
-    karpenter.sh/disrupted or deleting), how many there are, and for each node on `kernel` whether the NVIDIADriver
-    `driver` existed when the node was first seen."""
+    karpenter.sh/disrupted or deleting) and how many there are, and for each node the NVIDIADriver `driver` selects,
+    whether that driver existed when the node was first seen."""
 
-    def __init__(self, cluster: Karpentered, pool: str, kernel: str, driver: str):
+    def __init__(self, cluster: Karpentered, pool: str, driver: dict[str, Any]):
         self.kube = Kube(cluster.applied.plane.kubeconfig)
-        self.pool, self.kernel, self.driver = pool, kernel, driver
+        self.pool, self.driver = pool, driver
         self.most_disrupted = self.most_nodes = 0
         self.driver_first: dict[str, bool] = {}
 
@@ -300,69 +316,67 @@ class Roll:
         self.most_nodes = max(self.most_nodes, len(nodes))
         for node in nodes:
             name = node["metadata"]["name"]
-            if node["metadata"]["labels"].get(labels.KERNEL_LABEL) == self.kernel and name not in self.driver_first:
-                self.driver_first[name] = self.kube.get(*NVIDIADRIVER, self.driver) is not None
+            if selects(self.driver, node) and name not in self.driver_first:
+                self.driver_first[name] = self.kube.get(*NVIDIADRIVER, self.driver["metadata"]["name"]) is not None
         return nodes
 
 
 def test_an_ami_and_kernel_change_drifts_the_nodes_after_the_new_kernels_driver_within_the_budget(
         cluster: Karpentered) -> None:
-    """A tenant's service runs on two l4-inference nodes. The pool's image and kernel change: the new kernel's
-    NVIDIADriver is applied first (the stack's order), then the NodePool's template (the kernel label) changes;
-    Karpenter marks the nodes drifted and replaces them one at a time (budget nodes: 1), each replacement on the new
-    kernel, none before its driver exists, and the service's pods end on the new nodes."""
-    pool = "l4-inference"
-    tenant = "search-ranking"
-    replicas = 2
-    service = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "ranker", "namespace": tenant},
-               "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "ranker"}}, "template": {
-                   "metadata": {"labels": {"app": "ranker"}}, "spec": gpu_pod("ranker", pool, 1)["spec"]}}}
-    cluster.tenant(tenant).create(service)
-
-    def serving_on() -> set[str]:
-        return {found["spec"]["nodeName"] for found in cluster.admin.list("v1", "Pod", tenant)
-                if found["status"].get("phase") == "Running" and not found["metadata"].get("deletionTimestamp")}
-    old_nodes = wait_for(lambda: len(serving_on()) == replicas and serving_on(), "the service on 2 nodes",
-                         SETTLE_SECONDS)
-    new = changed(cluster.stack, pool, image=NEW_IMAGE, kernel=NEW_KERNEL)
+    """llm-training serves on two a10g-training nodes. The pool's image and kernel change and the stack is applied
+    in the engine's order: the new kernel's NVIDIADriver, then the EC2NodeClass and the NodePool (whose template
+    carries the kernel). Karpenter marks the nodes drifted and replaces them one at a time (the pool's budget,
+    nodes: 1), each replacement on the new kernel, none seen before its driver exists, and the service ends on the
+    new nodes. (The stand-in node class never drifts: the NodePool's kernel label does, as the AMI does on EC2.)"""
+    pool, replicas = "a10g-training", 2
+    assert cluster.nodepool(pool)["spec"]["disruption"]["budgets"] == [{"nodes": "1"}]
+    cluster.tenant("llm-training").create(service(cluster, "llm-training", "ranker", pool, replicas=replicas, gpus=4))
+    old_nodes = set(wait_for(lambda: len(set(serving_on(cluster, "llm-training", "ranker"))) == replicas
+                             and serving_on(cluster, "llm-training", "ranker"), "the service on 2 nodes",
+                             SETTLE_SECONDS))
+    new = changed(example_config(), pool, image=NEW_IMAGE, kernel=NEW_KERNEL)
     [driver] = [obj for obj in new.objects() if obj["kind"] == "NVIDIADriver"
                 and obj["spec"]["nodeSelector"].get(labels.KERNEL_LABEL) == NEW_KERNEL]
-    driver_name = driver["metadata"]["name"]
-    assert cluster.admin.get(*NVIDIADRIVER, driver_name) is None
-    roll = Roll(cluster, pool, NEW_KERNEL, driver_name)
+    assert cluster.admin.get(*NVIDIADRIVER, driver["metadata"]["name"]) is None
+    roll = Roll(cluster, pool, driver)
     roll.look()
-    # `pulumi up` of the change, in the engine's order: the stack's objects (the new driver among them), then the
-    # pool's NodePool (interim: built here until the stack renders it, after the driver as the stack orders it).
     applied = Applied(new, cluster.applied.plane, cluster.admin)
-    apply_stack(applied)
+    apply_stack(applied, stand_in=karpenter.stand_in)  # `pulumi up` of the change, in the engine's order
     assert applied.rejected == {}
-    nodepool = karpenter.with_stand_in_node_class(interim_nodepool(new, next(
-        candidate for candidate in new.config.node_pools if candidate.name == pool)))
-    cluster.admin.apply(nodepool)
     try:
         def rolled() -> bool:
-            nodes = roll.look()
-            return (not {node["metadata"]["name"] for node in nodes} & old_nodes
-                    and len(serving_on()) == replicas and serving_on() <= {
-                        node["metadata"]["name"] for node in nodes
-                        if node["metadata"]["labels"].get(labels.KERNEL_LABEL) == NEW_KERNEL})
+            nodes = {node["metadata"]["name"]: node for node in roll.look()}
+            serving = serving_on(cluster, "llm-training", "ranker")
+            return (not set(nodes) & old_nodes and len(serving) == replicas
+                    and all(name in nodes and selects(driver, nodes[name]) for name in serving))
         wait_for(rolled, "every node of the pool replaced by one on the new kernel", DRIFT_SECONDS, interval=0.5)
     finally:
         roll.kube.close()
-    assert roll.driver_first and all(roll.driver_first.values()), roll.driver_first
+    assert len(roll.driver_first) >= replicas and all(roll.driver_first.values()), roll.driver_first
     assert roll.most_disrupted <= 1  # the budget: one node disrupted at a time
     assert roll.most_nodes <= replicas + 1  # one replacement ahead of the node it replaces
-    assert created(cluster.admin.get(*NVIDIADRIVER, driver_name)) <= min(
-        created(node) for node in cluster.pool_nodes(pool))
+    stored = cluster.admin.get(*NVIDIADRIVER, driver["metadata"]["name"])
+    assert all(created(stored) <= created(node) for node in cluster.pool_nodes(pool))
 
 
 # --- queue mode --------------------------------------------------------------------------------------------------
 
+def queue_mode_config() -> dict[str, Any]:
+    """The example in tenancy mode queue: llm-training guaranteed its 8 GPUs on a10g-training and lending at most 4
+    of them while idle, analytics 4 there, search-ranking its 4 on l4-search."""
+    config = example_config()
+    config["gpu-platform:tenancy"] = {"mode": "queue", "cohort": "gpu-tenants"}
+    queues = {"search-ranking": {"pools": ["l4-search"]}, "analytics": {"pools": ["a10g-training"]},
+              "llm-training": {"pools": ["a10g-training"], "lendingLimit": 4}}
+    for tenant in config["gpu-platform:tenants"]:
+        tenant["queue"] = queues[tenant["name"]]
+    return config
+
+
 @pytest.fixture(scope="module")
 def queue_mode(tools, tmp_path_factory) -> Iterator[Karpentered]:
-    """examples/Pulumi.queue.yaml (tenancy mode queue, Kueue running), its pools as NodePools."""
-    example = yaml.safe_load((ROOT / "examples" / "Pulumi.queue.yaml").read_text())["config"]
-    stack = Stack.from_config("queue", example)
+    """The example in queue mode, Kueue running."""
+    stack = Stack.from_config("karpenter-queue", queue_mode_config())
     with ControlPlane.start(tmp_path_factory.mktemp("cluster-karpenter-queue"), stages=RUNNING) as plane:
         cluster = karpenter_cluster(stack, plane, with_kueue=True)
         yield cluster
@@ -371,18 +385,17 @@ def queue_mode(tools, tmp_path_factory) -> Iterator[Karpentered]:
 
 
 def test_a_queued_job_borrows_capacity_that_karpenter_then_provisions(queue_mode: Karpentered) -> None:
-    """No GPU node exists. analytics (4 GPUs guaranteed on a10g-batch) runs a 4-GPU job and a 2-GPU one: Kueue admits
-    the second on 2 GPUs borrowed from llm-training's idle share, and Karpenter launches the nodes both jobs' pods
-    need, of a10g-batch's instance type."""
-    cluster = queue_mode
-    pool = "a10g-batch"
+    """No GPU node exists. analytics (4 GPUs guaranteed on a10g-training) runs a 4-GPU job and another: Kueue admits
+    the second on 4 GPUs borrowed from llm-training's idle ones, and Karpenter launches a node of a10g-training for
+    each job's pod."""
+    cluster, pool = queue_mode, "a10g-training"
     try:
         submit(cluster.applied, "analytics", gpu_job("own", 4, pool=pool))
-        submit(cluster.applied, "analytics", gpu_job("borrowed", 2, pool=pool))
+        submit(cluster.applied, "analytics", gpu_job("borrowed", 4, pool=pool))
         for job in ("own", "borrowed"):
             wait_for(lambda: condition(workload(cluster.applied, "analytics", job), "Admitted"),
                      f"analytics/{job} admitted", SETTLE_SECONDS)
-        assert settles_at(cluster.applied, "analytics", {"total": 6, "borrowed": 2}, pool=pool)
+        assert settles_at(cluster.applied, "analytics", {"total": 8, "borrowed": 4}, pool=pool)
 
         def job_nodes() -> dict[str, dict[str, Any]] | None:
             pods = [found for found in cluster.admin.list("v1", "Pod", "analytics")
@@ -392,10 +405,11 @@ def test_a_queued_job_borrows_capacity_that_karpenter_then_provisions(queue_mode
             return {found["metadata"]["labels"]["job-name"]: cluster.admin.get("v1", "Node", found["spec"]["nodeName"])
                     for found in pods}
         nodes = wait_for(job_nodes, "both jobs' pods running", SETTLE_SECONDS)
+        assert sorted(nodes) == ["borrowed", "own"]
         for node in nodes.values():
             assert node["metadata"]["labels"][karpenter.NODEPOOL_LABEL] == pool
             assert node["metadata"]["labels"][karpenter.INSTANCE_TYPE_LABEL] == "g5.12xlarge"
-        assert len({node["metadata"]["name"] for node in nodes.values()}) == 2  # 6 GPUs: two 4-GPU machines
+        assert len({node["metadata"]["name"] for node in nodes.values()}) == 2  # 8 GPUs: two 4-GPU machines
         assert condition(workload(cluster.applied, "analytics", "borrowed"), "Admitted")
     finally:
         clean(cluster)
