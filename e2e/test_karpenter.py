@@ -24,7 +24,7 @@ from kubernetes.dynamic.exceptions import NotFoundError
 from components import labels
 from e2e import karpenter, kueue
 from e2e.cluster import KWOK_STAGES, ControlPlane
-from e2e.conftest import Applied, apply_stack, prepare_cluster
+from e2e.conftest import Applied, apply_stack, object_key, prepare_cluster
 from e2e.kube import Kube, wait_for
 from e2e.stack import Stack
 from e2e.test_kueue import condition, gpu_job, settles_at, submit, workload
@@ -327,7 +327,9 @@ def test_an_ami_and_kernel_change_drifts_the_nodes_after_the_new_kernels_driver_
     in the engine's order: the new kernel's NVIDIADriver, then the EC2NodeClass and the NodePool (whose template
     carries the kernel). Karpenter marks the nodes drifted and replaces them one at a time (the pool's budget,
     nodes: 1), each replacement on the new kernel, none seen before its driver exists, and the service ends on the
-    new nodes. (The stand-in node class never drifts: the NodePool's kernel label does, as the AMI does on EC2.)"""
+    new nodes. (The stand-in node class never drifts: the NodePool's kernel label does, as the AMI does on EC2.)
+    The stored driver's creation time cannot tell a driver applied milliseconds after the NodePool, so the change is
+    applied with a pause after the NodePool until Karpenter acts on it."""
     pool, replicas = "a10g-training", 2
     assert cluster.nodepool(pool)["spec"]["disruption"]["budgets"] == [{"nodes": "1"}]
     cluster.tenant("llm-training").create(service(cluster, "llm-training", "ranker", pool, replicas=replicas, gpus=4))
@@ -339,11 +341,17 @@ def test_an_ami_and_kernel_change_drifts_the_nodes_after_the_new_kernels_driver_
                 and obj["spec"]["nodeSelector"].get(labels.KERNEL_LABEL) == NEW_KERNEL]
     assert cluster.admin.get(*NVIDIADRIVER, driver["metadata"]["name"]) is None
     roll = Roll(cluster, pool, driver)
-    roll.look()
-    applied = Applied(new, cluster.applied.plane, cluster.admin)
-    apply_stack(applied, stand_in=karpenter.stand_in)  # `pulumi up` of the change, in the engine's order
-    assert applied.rejected == {}
     try:
+        roll.look()
+        # `pulumi up` of the change, in the engine's order; the rest of the change is held back once the pool's
+        # NodePool is applied, until Karpenter has launched its first replacement: had the stack ordered the driver
+        # after the NodePool, that node would come up without it.
+        for obj in new.objects():
+            cluster.admin.apply(karpenter.stand_in(obj))
+            if object_key(obj) == f"NodePool/{pool}":
+                wait_for(lambda: [node for node in roll.look() if selects(driver, node)],
+                         "Karpenter's first replacement node", DRIFT_SECONDS, interval=0.5)
+
         def rolled() -> bool:
             nodes = {node["metadata"]["name"]: node for node in roll.look()}
             serving = serving_on(cluster, "llm-training", "ranker")
