@@ -729,10 +729,10 @@ def _destructive(diff: PlanDiff, pools: list[PoolChange], tenants: list[TenantCh
         elif pool.before and pool.after and pool.after.roll.get("method") == DRIFT and pool.drifts \
                 and min(pool.before.nodes, pool.after.nodes):
             nodes = min(pool.before.nodes, pool.after.nodes)
+            at_once = drift_at_once(str(pool.after.roll.get("budget", "10%")), nodes)
             items.append(Destructive(f"pool {pool.name} drift replacement",
                                      f"running GPU jobs on its {nodes} node{'s' if nodes != 1 else ''}: {DRIFT_EVICTS}, "
-                                     f"{drift_at_once(str(pool.after.roll.get('budget', '10%')), nodes)} node(s) at "
-                                     "a time"))
+                                     f"{at_once} node{'s' if at_once != 1 else ''} at a time"))
         elif pool.before and pool.after and _mig_change(pool.before, pool.after):
             items.append(Destructive(f"pool {pool.name} MIG layout {_layout(pool.before)} -> {_layout(pool.after)}",
                                      f"running GPU jobs on its {pool.after.nodes} node"

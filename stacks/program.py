@@ -71,8 +71,8 @@ STACK_TAG = "gpu-platform.io/stack"
 def providers(config: StackConfig) -> list[pulumi.ProviderResource]:
     """The explicit providers every resource of the program uses (children inherit them).
 
-    AWS, only when the stack provisions Auto Scaling Group pools (OpenShift pools are MachineSets, bring-your-own
-    pools are provisioned elsewhere, so those stacks need no AWS credentials): the cluster's region, and tags
+    AWS, only when the stack provisions Auto Scaling Group pools (OpenShift pools are MachineSets, Karpenter pools
+    are NodePools, bring-your-own pools are provisioned elsewhere, so those stacks need no AWS credentials): the cluster's region, and tags
     naming the cluster and stack on every AWS resource that takes tags (the provider's `default_tags`; Auto
     Scaling Groups carry their own). Kubernetes: the cluster's kubeconfig and
     context (the ones live discovery reads; $KUBECONFIG or ~/.kube/config and its current context when unset);
