@@ -133,7 +133,9 @@ def node_class(name: str) -> dict[str, Any]:
 
 def start(plane: ControlPlane, admin: Kube, types: list[dict[str, Any]]) -> Process:
     """Install the Karpenter CRDs the cluster lacks, and run Karpenter (stopped with the plane) as its own service
-    account, on free loopback-reachable ports, without leader election or webhooks (v1 has none), offering `types`."""
+    account, offering `types`, without leader election. It registers no webhook (its operator, pkg/operator, starts
+    none), and serves metrics and health on free ports of every interface (":PORT", pkg/operator/operator.go: it
+    takes a port, not an address)."""
     installed = [crd["metadata"]["name"] for crd in admin.list("apiextensions.k8s.io/v1", "CustomResourceDefinition")]
     apply_crds(admin, crds(module(), installed))
     folder = plane.folder / "karpenter"
