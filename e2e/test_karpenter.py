@@ -321,8 +321,20 @@ class Roll:
         return nodes
 
 
+@pytest.fixture
+def restored(cluster: Karpentered) -> Iterator[Karpentered]:
+    """The cluster, with the example as it ships applied again after the test (and the drivers it added removed)."""
+    yield cluster
+    clean(cluster)
+    shipped = {obj["metadata"]["name"] for obj in cluster.stack.objects() if obj["kind"] == "NVIDIADriver"}
+    apply_stack(cluster.applied, stand_in=karpenter.stand_in)
+    for driver in cluster.admin.list(*NVIDIADRIVER):
+        if driver["metadata"]["name"] not in shipped:
+            cluster.admin.delete(*NVIDIADRIVER, driver["metadata"]["name"])
+
+
 def test_an_ami_and_kernel_change_drifts_the_nodes_after_the_new_kernels_driver_within_the_budget(
-        cluster: Karpentered) -> None:
+        restored: Karpentered) -> None:
     """llm-training serves on two a10g-training nodes. The pool's image and kernel change and the stack is applied
     in the engine's order: the new kernel's NVIDIADriver, then the EC2NodeClass and the NodePool (whose template
     carries the kernel). Karpenter marks the nodes drifted and replaces them one at a time (the pool's budget,
@@ -330,7 +342,7 @@ def test_an_ami_and_kernel_change_drifts_the_nodes_after_the_new_kernels_driver_
     new nodes. (The stand-in node class never drifts: the NodePool's kernel label does, as the AMI does on EC2.)
     The stored driver's creation time cannot tell a driver applied milliseconds after the NodePool, so the change is
     applied with a pause after the NodePool until Karpenter acts on it."""
-    pool, replicas = "a10g-training", 2
+    cluster, pool, replicas = restored, "a10g-training", 2
     assert cluster.nodepool(pool)["spec"]["disruption"]["budgets"] == [{"nodes": "1"}]
     cluster.tenant("llm-training").create(service(cluster, "llm-training", "ranker", pool, replicas=replicas, gpus=4))
     old_nodes = set(wait_for(lambda: len(set(serving_on(cluster, "llm-training", "ranker"))) == replicas
@@ -365,6 +377,35 @@ def test_an_ami_and_kernel_change_drifts_the_nodes_after_the_new_kernels_driver_
     assert roll.most_nodes <= replicas + 1  # one replacement ahead of the node it replaces
     stored = cluster.admin.get(*NVIDIADRIVER, driver["metadata"]["name"])
     assert all(created(stored) <= created(node) for node in cluster.pool_nodes(pool))
+
+
+def test_a_running_job_annotated_do_not_disrupt_holds_its_drifted_node_until_it_ends(restored: Karpentered) -> None:
+    """What the preview's roll line promises: a pod annotated karpenter.sh/do-not-disrupt: "true" holds its node
+    against drift. llm-training's training pod runs on an a10g-training node; the pool's image and kernel change;
+    Karpenter marks the node drifted but leaves it (and the pod) alone while the pod runs; once the pod ends, the
+    node goes."""
+    cluster, pool = restored, "a10g-training"
+    body = gpu_pod(cluster, "train", pool, 4)
+    body["metadata"]["annotations"] = {"karpenter.sh/do-not-disrupt": "true"}
+    cluster.tenant("llm-training").create(in_namespace(body, "llm-training"))
+    node = running_on(cluster, "llm-training", "train")["metadata"]["name"]
+    apply_stack(Applied(changed(example_config(), pool, image=NEW_IMAGE, kernel=NEW_KERNEL), cluster.applied.plane,
+                        cluster.admin), stand_in=karpenter.stand_in)
+    [claim] = [claim for claim in cluster.admin.list(*NODECLAIM) if claim["status"].get("nodeName") == node]
+    wait_for(lambda: condition(cluster.admin.get(*NODECLAIM, claim["metadata"]["name"]), "Drifted"),
+             "the node's NodeClaim drifted", SETTLE_SECONDS)
+    assert stays(lambda: (found := cluster.admin.get("v1", "Node", node)) is not None
+                 and not found["metadata"].get("deletionTimestamp")
+                 and cluster.admin.get("v1", "Pod", "train", "llm-training")["status"].get("phase") == "Running",
+                 QUIET_SECONDS)
+    # Karpenter says why, on the node: disruption blocked by the pod's annotation.
+    assert wait_for(lambda: [event for event in cluster.admin.list("v1", "Event")
+                             if event["involvedObject"].get("name") == node
+                             and event.get("reason") == "DisruptionBlocked"
+                             and "karpenter.sh/do-not-disrupt" in event.get("message", "")],
+                    "Karpenter's DisruptionBlocked event", SETTLE_SECONDS)
+    cluster.admin.delete("v1", "Pod", "train", "llm-training")  # the job ends
+    wait_for(lambda: cluster.admin.get("v1", "Node", node) is None, "the drifted node gone", DRIFT_SECONDS)
 
 
 # --- queue mode --------------------------------------------------------------------------------------------------
