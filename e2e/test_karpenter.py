@@ -5,7 +5,8 @@ Stand-ins, named where they are (e2e/karpenter.py): each pool's EC2NodeClass is 
 NodePool's nodeClassRef; the instance types Karpenter chooses from are generated from the project's catalog; a kwok
 node's capacity is its first pods' requests, not the instance's size. Karpenter's Nodes are kwok's (Ready, pods
 Running; Job pods run until deleted), so nothing runs in them. Where Karpenter disagrees with our reading of it, the
-test follows Karpenter and says so.
+test follows Karpenter and says so; so far it has not (the limit test says why the example's tenants cannot pass a
+pool's GPU limit with whole nodes, and what Karpenter counts instead).
 """
 
 from __future__ import annotations
