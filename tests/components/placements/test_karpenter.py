@@ -208,3 +208,17 @@ def test_the_old_kernels_driver_stays_while_a_node_runs_it_and_goes_on_evidence(
 
     assert old in [d["metadata"]["name"] for d in render_stack("karpenter", config, running).kind("NVIDIADriver")]
     assert old not in [d["metadata"]["name"] for d in render_stack("karpenter", config, []).kind("NVIDIADriver")]
+
+
+def test_a_stack_may_mix_auto_scaling_groups_and_karpenter_pools() -> None:
+    config = stack_config("staging")
+    config["gpu-platform:cluster"]["karpenter"] = {"nodeRole": "KarpenterNodeRole-staging-gpu"}
+    config["gpu-platform:nodePools"].append({
+        "name": "a10g-burst", "instanceType": "g5.12xlarge", "replicas": 0, "maxReplicas": 2, "os": "ubuntu22.04",
+        "kernel": "6.8.0-1021-aws", "image": "ami-0e1f2a3b4c5d6e7f8", "karpenter": {}})
+    plan = render_stack("staging", config)
+    groups = sorted(r["inputs"]["name"] for r in plan.of_type("aws:autoscaling/group:Group"))
+
+    assert groups == ["staging-gpu-gpu-a10g-batch", "staging-gpu-gpu-l4-inference"]
+    assert [r["inputs"]["metadata"]["name"] for r in plan.of_type(NODE_POOL)] == ["a10g-burst"]
+    assert plan.outputs["capacity"] == {"l4-inference": 2, "a10g-batch": 4, "a10g-burst": 8}
