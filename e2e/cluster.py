@@ -15,7 +15,7 @@ import ssl
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "e2e" / "tools"
 BIN = Path(os.environ.get("E2E_TOOLS_BIN", ROOT / ".e2e-cache" / "bin"))
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "promtool", "kueue")
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "promtool", "kueue",
+            "karpenter-kwok")
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 STOP_SECONDS = 10  # SIGTERM, then SIGKILL after this long
 READY_SECONDS = 90
@@ -158,13 +159,15 @@ class ControlPlane:
             process.stop()
         self.processes.clear()
 
-    def spawn(self, name: str, *args: str, wrapper: tuple[str, ...] = ()) -> Process:
-        """Run the built tool `name` with `args` (through `wrapper`, which execs it); it stops with the plane."""
+    def spawn(self, name: str, *args: str, wrapper: tuple[str, ...] = (),
+              env: Mapping[str, str] | None = None) -> Process:
+        """Run the built tool `name` with `args` (through `wrapper`, which execs it), with `env` added to this
+        process's environment; it stops with the plane."""
         log = self.folder / f"{name}.log"
         with log.open("wb") as out:
             popen = subprocess.Popen([*wrapper, str(BIN / name), *args], stdout=out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.folder,
-                                     preexec_fn=_die_with_parent)
+                                     env={**os.environ, **(env or {})}, preexec_fn=_die_with_parent)
         process = Process(name, popen, log)
         self.processes.append(process)
         return process

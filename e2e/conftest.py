@@ -7,7 +7,7 @@ stack's manifests applied in dependency order with server-side apply, a server d
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ import yaml
 from kubernetes.dynamic.exceptions import ApiException
 
 from e2e.cluster import BIN, ControlPlane, missing_tools
-from e2e.kube import Kube, api_message, wait_for
+from e2e.kube import Kube, api_message, apply_crds, wait_for
 from e2e.stack import Stack
 from tests.conftest import ROOT
 
@@ -62,23 +62,19 @@ def object_key(obj: dict[str, Any]) -> str:
 
 
 def install_crds(admin: Kube) -> None:
-    documents = [doc for path in sorted(CRDS.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text()) if doc]
-    for crd in documents:
-        admin.apply(crd)
-    for crd in documents:
-        wait_for(lambda: any(c["type"] == "Established" and c["status"] == "True" for c in
-                             (admin.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd["metadata"]["name"])
-                              or {}).get("status", {}).get("conditions", [])),
-                 f"CRD {crd['metadata']['name']} established", timeout=60)
+    apply_crds(admin, [doc for path in sorted(CRDS.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text())
+                       if doc])
 
 
-def apply_stack(applied: Applied, leave_out: frozenset[str] = frozenset()) -> None:
+def apply_stack(applied: Applied, leave_out: frozenset[str] = frozenset(),
+                stand_in: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
     """Server dry run of each object but those keyed in `leave_out`, then the real apply, in dependency order;
-    refusals are recorded, not raised."""
+    refusals are recorded, not raised. `stand_in` swaps an object for its stand-in (or returns it unchanged)."""
     for obj in applied.stack.objects():
         key = object_key(obj)
         if key in leave_out:
             continue
+        obj = stand_in(obj) if stand_in else obj
         try:
             applied.admin.apply(obj, dry_run=True)
             applied.live[key] = applied.admin.apply(obj)
@@ -86,9 +82,9 @@ def apply_stack(applied: Applied, leave_out: frozenset[str] = frozenset()) -> No
             applied.rejected[key] = api_message(error)
 
 
-def prepare_cluster(stack: Stack, plane: ControlPlane) -> Kube:
+def prepare_cluster(stack: Stack, plane: ControlPlane, nodes: list[dict[str, Any]] | None = None) -> Kube:
     """The cluster as it is before the stack: CRDs, the namespaces and objects it already has (stand-ins), and kwok
-    nodes shaped like the stack's pools, all Ready. Returns the admin's client."""
+    `nodes` (by default nodes shaped like the stack's pools), all Ready. Returns the admin's client."""
     admin = Kube(plane.kubeconfig)
     install_crds(admin)
     for namespace in stack.missing_namespaces():
@@ -97,9 +93,10 @@ def prepare_cluster(stack: Stack, plane: ControlPlane) -> Kube:
         admin.apply(stand_in)
     for stand_in in [OPENSHIFT_PRIORITY_CLASS, OPENSHIFT_SELF_PROVISIONERS] if stack.openshift else []:
         admin.create(stand_in)  # created, not applied: another field manager owns it, as on OpenShift
-    for node in stack.nodes():
+    nodes = stack.nodes() if nodes is None else nodes
+    for node in nodes:
         admin.create(node)
-    wait_for(lambda: all(node_ready(admin.get("v1", "Node", n["metadata"]["name"])) for n in stack.nodes()),
+    wait_for(lambda: all(node_ready(admin.get("v1", "Node", n["metadata"]["name"])) for n in nodes),
              "every kwok node Ready", timeout=60)
     return admin
 

@@ -77,6 +77,37 @@ class Kube:
         self.api.close()
 
 
+def apply_crds(admin: Kube, crds: list[dict[str, Any]], timeout: float = 60) -> None:
+    """Apply CustomResourceDefinitions and wait until the API server serves each (Established)."""
+    for crd in crds:
+        admin.apply(crd)
+    for crd in crds:
+        name = crd["metadata"]["name"]
+        wait_for(lambda: any(c["type"] == "Established" and c["status"] == "True" for c in ((admin.get(
+            "apiextensions.k8s.io/v1", "CustomResourceDefinition", name) or {}).get("status") or {}).get(
+                "conditions") or []), f"CRD {name} established", timeout=timeout)
+
+
+def service_account_kubeconfig(admin: Kube, kubeconfig: Path, folder: Path, identity: str) -> Path:
+    """A kubeconfig by which a controller works as its own service account `identity`
+    (system:serviceaccount:NAMESPACE:NAME; the admin of `kubeconfig` impersonates it), so the API server and the
+    stack's policies see that identity as in a cluster. Stand-in: the account is bound to cluster-admin here, for the
+    ClusterRole its chart (or operator) grants, which is not applied."""
+    namespace, account = identity.split(":")[2:]
+    admin.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                 "metadata": {"name": f"{account}-stand-in"},
+                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                 "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]})
+    config = yaml.safe_load(kubeconfig.read_text())
+    for user in config["users"]:
+        user["user"].update({"as": identity, "as-groups": [
+            "system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"]})
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 def api_message(error: ApiException) -> str:
     """The message of the API server's Status in an error response."""
     status = yaml.safe_load(error.body) if error.body else None

@@ -27,7 +27,7 @@ import yaml
 from components import labels
 from components.kueue import FAIR_SHARING, configuration
 from e2e.cluster import TOOLS, ControlPlane, free_port
-from e2e.kube import Kube, wait_for
+from e2e.kube import Kube, apply_crds, service_account_kubeconfig
 
 WEBHOOK_GROUPS = {"kueue.x-k8s.io", "batch"}  # Kueue's kinds, and batch/job: the frameworks the platform enables
 METRICS_CERTS = "/etc/kueue/metrics/certs"
@@ -104,11 +104,13 @@ def as_red_hat_operator_configures(instance: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def local_configuration(base: dict[str, Any], webhook_port: int, health_port: int, cert_dir: Path) -> dict[str, Any]:
+def local_configuration(base: dict[str, Any], webhook_port: int, health_port: int, cert_dir: Path,
+                        pods_ready_seconds: int | None = PODS_READY_SECONDS) -> dict[str, Any]:
     """A configuration with only where Kueue serves changed (and the visibility server off), and the time an admitted
-    job's pods have to become ready shortened to PODS_READY_SECONDS so a scenario sees the eviction."""
-    ready = {"waitForPodsReady": {**base["waitForPodsReady"], "timeout": f"{PODS_READY_SECONDS}s"}} if \
-        "waitForPodsReady" in base else {}
+    job's pods have to become ready shortened to `pods_ready_seconds` so a scenario sees the eviction (None: the
+    configured time, for pods that wait for a node to be provisioned)."""
+    ready = {"waitForPodsReady": {**base["waitForPodsReady"], "timeout": f"{pods_ready_seconds}s"}} if \
+        "waitForPodsReady" in base and pods_ready_seconds is not None else {}
     return {**base, **ready,
             "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
             "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
@@ -118,42 +120,21 @@ def local_configuration(base: dict[str, Any], webhook_port: int, health_port: in
             "featureGates": {"VisibilityOnDemand": False}}
 
 
-def as_kueue(plane: ControlPlane, admin: Kube, folder: Path, identity: str) -> Path:
-    """A kubeconfig by which Kueue works as its own service account (the admin impersonates it), so the API server
-    and the policies see Kueue's identity as in a cluster. Stand-in: that account is bound to cluster-admin here,
-    for the chart's (or the operator's) ClusterRole, which is not applied."""
-    namespace, account = identity.split(":")[2:]
-    admin.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                 "metadata": {"name": "kueue-stand-in"},
-                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-                 "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]})
-    config = yaml.safe_load(plane.kubeconfig.read_text())
-    for user in config["users"]:
-        user["user"].update({"as": identity, "as-groups": [
-            "system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"]})
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def start(plane: ControlPlane, admin: Kube, red_hat_instance: dict[str, Any] | None = None) -> None:
+def start(plane: ControlPlane, admin: Kube, red_hat_instance: dict[str, Any] | None = None,
+          pods_ready_seconds: int | None = PODS_READY_SECONDS) -> None:
     """Install Kueue's CRDs, run its controller manager (stopped with the plane) and register its webhooks, as the
     chart does, or as the Red Hat build's operator does from its `Kueue` instance."""
     source = module()
-    for crd in crds(source):
-        admin.apply(crd)
-    for crd in crds(source):
-        wait_for(lambda: any(c["type"] == "Established" and c["status"] == "True" for c in (admin.get(
-            "apiextensions.k8s.io/v1", "CustomResourceDefinition", crd["metadata"]["name"]) or {}).get(
-                "status", {}).get("conditions", [])), f"CRD {crd['metadata']['name']} established", timeout=60)
+    apply_crds(admin, crds(source))
     folder = plane.folder / "kueue"
     serving_certificate(plane.folder / "pki", folder / "certs")
-    kubeconfig = as_kueue(plane, admin, folder, labels.KUEUE_CONTROLLERS[1 if red_hat_instance else 0])
+    kubeconfig = service_account_kubeconfig(admin, plane.kubeconfig, folder,
+                                            labels.KUEUE_CONTROLLERS[1 if red_hat_instance else 0])
     webhook_port, health_port = free_port(), free_port()
     config = folder / "config.yaml"
     base = as_red_hat_operator_configures(red_hat_instance) if red_hat_instance else configuration()
-    config.write_text(yaml.safe_dump(local_configuration(base, webhook_port, health_port, folder / "certs")))
+    config.write_text(yaml.safe_dump(local_configuration(base, webhook_port, health_port, folder / "certs",
+                                                             pods_ready_seconds)))
     plane.spawn("kueue", "--config", str(config), "--kubeconfig", str(kubeconfig), wrapper=(
         "unshare", "--user", "--map-root-user", "--mount", "sh", "-c", f"mount -t tmpfs tmpfs /etc && mkdir -p "
         f"{METRICS_CERTS} && cp \"$0\"/tls.crt \"$0\"/tls.key {METRICS_CERTS} && exec \"$@\"", str(folder / "certs")))

@@ -65,9 +65,12 @@ class Stack:
         plugin advertises under the pool's partitioning, per kind (fleet.partitioning, read from k8s-device-plugin
         v0.20.0: whole GPUs as nvidia.com/gpu, time-sliced shares renamed nvidia.com/gpu.shared and counted
         GPUs x replicas, MIG devices as nvidia.com/mig-<profile> under the mixed strategy, counted from the MIG
-        manager's layout); plus untainted CPU nodes."""
+        manager's layout); plus untainted CPU nodes. A Karpenter pool has none here: Karpenter launches its nodes
+        (e2e/karpenter.py)."""
         nodes = []
         for pool in self.config.node_pools:
+            if pool.karpenter is not None:
+                continue
             node_labels, taints = self._registration(pool)
             node_labels |= nfd_labels(self.config, pool) | {GPU_PRESENT_LABEL: "true"}
             shape = pool.instance if pool.bring_your_own is None else BYO_NODE_SHAPE
@@ -75,8 +78,7 @@ class Stack:
                         **{name: str(count) for name, count in pool.advertised_per_node.items()}}
             nodes += [kwok_node(f"{pool.name}-{index}", labels=node_labels, capacity=capacity, taints=taints)
                       for index in range(pool.replicas)]
-        return nodes + [kwok_node(f"cpu-{index}", labels={}, capacity={"cpu": "32", "memory": "128Gi", "pods": "110"})
-                        for index in range(CPU_NODES)]
+        return nodes + cpu_nodes()
 
     def pool_selector(self, pool: str) -> dict[str, str]:
         """The labels that select a pool's nodes: the pool label the stack gives its machines, or the labels a
@@ -114,6 +116,12 @@ class Stack:
                     taints = [_taint(item) for item in _flag(script, "register-with-taints").split(",")]
                     return node_labels, taints
         raise LookupError(f"no MachineSet or launch template registers nodes of pool {pool}")
+
+
+def cpu_nodes() -> list[dict[str, Any]]:
+    """The cluster's untainted CPU nodes (where system pods and every pod without GPUs run)."""
+    return [kwok_node(f"cpu-{index}", labels={}, capacity={"cpu": "32", "memory": "128Gi", "pods": "110"})
+            for index in range(CPU_NODES)]
 
 
 def nfd_labels(config: StackConfig, pool: NodePoolConfig) -> dict[str, str]:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the real parts of the end-to-end suite from their published Go modules, pinned by the wrapper modules
-# beside this script (etcd/, kwok/, promtool/, kueue/, k8s/, pulumi/, pulumi-language-python/, pulumi-kubernetes/:
-# go.mod + go.sum, and our own main package where the upstream one cannot be built), into a git-ignored tool folder:
+# beside this script (etcd/, kwok/, promtool/, kueue/, karpenter/, k8s/, pulumi/, pulumi-language-python/,
+# pulumi-kubernetes/: go.mod + go.sum, and our own main package where the upstream one cannot be built), into a
+# git-ignored tool folder:
 #   e2e/tools/build.sh [BIN_DIR]      (default: .e2e-cache/bin in the project)
 # A tool is rebuilt only when its pins, its Go files, this script or the Go version change (a stamp per tool), so
 # a warm run returns in seconds. Go's own module and build caches stay where Go keeps them, shared by every
@@ -69,6 +70,11 @@ build promtool promtool -- -ldflags "-s -w -X github.com/prometheus/common/versi
 kueue=$(cd "$here/kueue" && go list -m -f '{{.Version}}' sigs.k8s.io/kueue)
 build kueue kueue -- -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue" -o "$bin/kueue" \
   sigs.k8s.io/kueue/cmd/kueue
+# Karpenter's kwok provider: its core controllers with a cloud provider that makes kwok Nodes. Karpenter v1.15.0
+# needs Go >= 1.26.9, newer than the machine's Go: this one build runs on the toolchain go1.27.3, which the Go module
+# proxy serves (fetched once into the module cache); every other tool stays on the local Go.
+GOTOOLCHAIN=go1.27.3 build karpenter karpenter-kwok -- -ldflags "-s -w" -o "$bin/karpenter-kwok" \
+  sigs.k8s.io/karpenter/kwok
 build k8s kube-apiserver kube-controller-manager kube-scheduler -- -ldflags "$k8s_ldflags" -o "$bin/" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler
