@@ -49,7 +49,7 @@ def _tail(text: str) -> str:
     return "\n".join(text.rstrip().splitlines()[-TAIL_LINES:])
 
 
-# Commands whose engine events are logged, for what a failure's summary leaves out.
+# Commands whose engine events are logged (Engine.event_log): what a failure's summary leaves out, and the order of steps.
 LOGGED = ("up", "refresh", "destroy")
 
 
@@ -90,6 +90,11 @@ class Engine:
         return engine
 
     @property
+    def event_log(self) -> Path:
+        """The engine's events of the last up, refresh or destroy, one JSON object a line."""
+        return self.folder / "events.jsonl"
+
+    @property
     def env(self) -> dict[str, str]:
         return {
             **{k: v for k, v in os.environ.items() if not k.startswith("PULUMI_")},
@@ -112,10 +117,11 @@ class Engine:
         }
 
     def run(self, *args: str, timeout: float = PREVIEW_SECONDS, check: bool = True) -> subprocess.CompletedProcess:
-        events = self.folder / "events.jsonl"
-        events.unlink(missing_ok=True)
+        logged = args[0] in LOGGED
+        if logged:
+            self.event_log.unlink(missing_ok=True)
         command = [str(BIN / "pulumi"), *args, "--non-interactive",
-                   *(["--event-log", str(events)] if args[0] in LOGGED else [])]
+                   *(["--event-log", str(self.event_log)] if logged else [])]
         # Its own process group, so that a command over its bound is stopped with its plugins.
         with subprocess.Popen(command, cwd=self.project, env=self.env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, start_new_session=True) as process:
@@ -129,7 +135,7 @@ class Engine:
         result = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
         if check and result.returncode != 0:
             errors = "\n".join([line for line in result.stdout.splitlines() if "error" in line.lower()]
-                              + _failures(events))
+                              + (_failures(self.event_log) if logged else []))
             raise EngineError(f"`pulumi {' '.join(args)}` exited {result.returncode}:\n{errors}\n"
                               f"{_tail(result.stdout)}\n{_tail(result.stderr)}")
         return result

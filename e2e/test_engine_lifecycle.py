@@ -181,21 +181,24 @@ DEV_INTERMITTENT = pytest.mark.xfail(strict=False, reason="an intermittent `upda
 
 
 @contextmanager
-def started(name: str, folder: Path) -> Iterator[Lifecycle]:
-    """A stack not deployed yet: a control plane of its own in `folder`, prepared as the cluster is before the stack,
-    its stand-ins running, and the engine on a project copy that is a git repository. Everything stops on exit."""
+def started(name: str, folder: Path, example: Path | None = None) -> Iterator[Lifecycle]:
+    """A stack not deployed yet (a shipped one, or `example`, a stack file deployed as stack `name`): a control plane
+    of its own in `folder`, prepared as the cluster is before the stack, its stand-ins running, and the engine on a
+    project copy that is a git repository. Everything stops on exit."""
     missing = missing_tools()
     if missing:
         pytest.fail(f"{', '.join(missing)} not built: run `make e2e` (it builds them first)", pytrace=False)
     if not CRDS.is_dir():
         pytest.skip(f"{CRDS} is not beside the project here: the stacks' custom resources need their CRDs")
-    stack = Stack.render(name)
+    stack = Stack.from_config(name, yaml.safe_load(example.read_text())["config"]) if example else Stack.render(name)
     with ControlPlane.start(folder / "cluster") as plane:
         admin = prepare_cluster(stack, plane)
         charts = StandInCharts(folder / "charts", CHARTS) if not stack.openshift else None
         olm = StandInOlm(plane.kubeconfig) if stack.openshift else None
         try:
             project = project_copy(folder / "project")
+            if example:
+                (project / f"Pulumi.{name}.yaml").write_text(example.read_text())
             engine = Engine.prepare(project, folder / "engine", plane.kubeconfig)
             config = {f"{PROJECT}:preflight": "false"}  # the driver image preflight asks a registry: none here
             if charts:

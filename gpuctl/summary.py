@@ -370,8 +370,8 @@ def _drift_phrase(before: PoolState, state: PoolState) -> tuple[str, int]:
     pace = (f"{at_once} node{'s' if at_once != 1 else ''} ({_gpus(at_once * state.gpus_per_node)}) at a time "
             f"(disruption budget {budget})" if at_once else
             f"none while the disruption budget is {budget}")
-    return (f"drift replacement by Karpenter: each of the pool's {nodes} running node{'s' if nodes != 1 else ''} is "
-            f"marked Drifted and replaced by a node of the new template, {pace}; {DRIFT_EVICTS}; pulumi up does not "
+    which = "the pool's running node" if nodes == 1 else f"each of the pool's {nodes} running nodes"
+    return (f"drift replacement by Karpenter: {which} is marked Drifted and replaced by a node of the new template, {pace}; {DRIFT_EVICTS}; pulumi up does not "
             "wait for it"), at_once
 
 

@@ -46,7 +46,7 @@ def test_a_kernel_upgrade_declares_the_driver_then_drifts_the_nodes_at_the_budge
     new, summary = change(base, kernel=NEW_KERNEL, image=NEW_AMI, replicas=3)
     [training] = [pool for pool in summary.pools if pool.name == "a10g-training"]
 
-    assert training.roll.startswith("drift replacement by Karpenter: each of the pool's 1 running node is marked "
+    assert training.roll.startswith("drift replacement by Karpenter: the pool's running node is marked "
                                     "Drifted and replaced by a node of the new template, 1 node (4 GPUs) at a time "
                                     "(disruption budget 1); running GPU jobs on a drifted node are evicted")
     kernels = {kernel.key: kernel for kernel in summary.kernels}
