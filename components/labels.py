@@ -48,6 +48,10 @@ POOL_LABEL = "gpu-platform.io/pool"
 GPU_NODE_SELECTOR = {NVIDIA_PCI_LABEL: "true"}
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-platform"}
 TENANT_LABEL = "gpu-platform.io/tenant"
+# On the admission gate's probe namespace, which carries TENANT_LABEL (the tenant policies bind it) but is no tenant's.
+ADMISSION_PROBE_LABEL = "gpu-platform.io/admission-probe"
+# The admission gate's namespaces: its Job's, and the probe namespace its dry runs are refused in.
+ADMISSION_GATE_NAMESPACES = ("gpu-platform-admission-gate", "gpu-platform-admission-probe")
 TENANT_PRIORITY_LABEL = "gpu-platform.io/priority-class"  # on a tenant namespace: the highest class it may use
 TENANT_ROLE = "gpu-platform-tenant"  # the ClusterRole a tenant's group holds in its namespace
 DRIVER_TARGET_LABEL = "gpu-platform.io/driver-target"

@@ -86,6 +86,7 @@ class TenantQuotaArgs:
     gpu_quota: bool = True  # a hard cap on GPUs; tenancy mode `queue` leaves it out (the tenant's queue governs)
     kueue_managed: bool = False  # OpenShift, mode `queue`: the label the Red Hat build's webhooks act on
     dedicated_pools: tuple[str, ...] = ()  # pools reserved for this tenant (and perhaps others)
+    members_after: tuple[pulumi.Resource, ...] = ()  # what the group's binding waits for besides the quotas
 
     @property
     def gpus(self) -> int:
@@ -129,6 +130,7 @@ class TenantQuota(pulumi.ComponentResource):
 
     namespace: str
     gpus: int
+    members: k8s.rbac.v1.RoleBinding
 
     def __init__(self, name: str, args: TenantQuotaArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:TenantQuota", name, None, opts)
@@ -189,9 +191,12 @@ class TenantQuota(pulumi.ComponentResource):
                   for cidr, metadata_service in labels.METADATA_SERVICE_CIDRS.items()),
             ]}],
         }, opts=kept)
-        # Members get in only once every quota is enforced (see quota).
-        k8s.rbac.v1.RoleBinding(f"{name}-members", metadata=metadata(f"{args.name}-members", args.name), subjects=[
-            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": args.group}],
+        # Members get in only once every quota is enforced (see quota), and the admission policies (the stack's
+        # admission gate, `members_after`).
+        self.members = k8s.rbac.v1.RoleBinding(
+            f"{name}-members", metadata=metadata(f"{args.name}-members", args.name), subjects=[
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": args.group}],
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": args.role},
-            opts=pulumi.ResourceOptions.merge(kept, pulumi.ResourceOptions(depends_on=quotas)))
+            opts=pulumi.ResourceOptions.merge(kept, pulumi.ResourceOptions(
+                depends_on=[*quotas, *args.members_after])))
         self.register_outputs({"namespace": self.namespace, "gpus": self.gpus})

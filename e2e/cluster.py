@@ -58,8 +58,12 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
 
 
+FRONT_PROXY_CLIENT = "front-proxy-client"
+
+
 def make_pki(folder: Path) -> None:
-    """A CA, the API server's serving certificate, an admin client certificate and the service-account key pair."""
+    """A CA, the API server's serving certificate, an admin and an aggregator client certificate and the
+    service-account key pair."""
     folder.mkdir(parents=True)
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
     _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=e2e-ca",
@@ -69,6 +73,9 @@ def make_pki(folder: Path) -> None:
                       "DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,"
                       "DNS:kubernetes.default.svc.cluster.local"),
         "admin": ("/O=system:masters/CN=e2e-admin", "clientAuth", None),
+        # The aggregator's client certificate towards extension API servers (Kueue's visibility server), which trust
+        # the identity headers it sends on behalf of the caller.
+        "front-proxy-client": (f"/CN={FRONT_PROXY_CLIENT}", "clientAuth", None),
     }
     for name, (subject, usage, san) in certs.items():
         _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject, cwd=folder)
@@ -195,7 +202,15 @@ class ControlPlane:
                     f"--service-account-key-file={pki / 'sa.pub'}",
                     f"--service-account-signing-key-file={pki / 'sa.key'}",
                     "--service-cluster-ip-range=10.96.0.0/16", "--authorization-mode=Node,RBAC",
-                    "--allow-privileged=true", f"--enable-admission-plugins={ADMISSION}")
+                    "--allow-privileged=true", f"--enable-admission-plugins={ADMISSION}",
+                    # API aggregation as kubeadm sets it up (its front proxy CA is the plane's CA here), routed to an
+                    # APIService's endpoints rather than its Service's cluster IP (no kube-proxy here).
+                    f"--requestheader-client-ca-file={pki / 'ca.crt'}",
+                    f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+                    "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+                    "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                    f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+                    f"--proxy-client-key-file={pki / 'front-proxy-client.key'}", "--enable-aggregator-routing=true")
         self.wait_ready(f"{self.server}/readyz", lambda body: body.strip() == b"ok")
         admin = ["--kubeconfig", str(self.kubeconfig), "--authentication-kubeconfig", str(self.kubeconfig),
                  "--authorization-kubeconfig", str(self.kubeconfig), "--bind-address=127.0.0.1",

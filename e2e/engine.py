@@ -49,7 +49,8 @@ def _tail(text: str) -> str:
     return "\n".join(text.rstrip().splitlines()[-TAIL_LINES:])
 
 
-# Commands whose engine events are logged (Engine.event_log): what a failure's summary leaves out, and the order of steps.
+# Commands whose engine events are logged (Engine.event_log): what a failure's summary leaves out, and the order
+# of steps.
 LOGGED = ("up", "refresh", "destroy")
 
 
@@ -66,7 +67,8 @@ def _failures(events: Path) -> list[str]:
             found.append(f"policy {policy.get('policyName')} {policy.get('resourceUrn', '')}: "
                          f"{policy.get('message', '').strip()}")
         elif (diagnostic := event.get("diagnosticEvent")) and diagnostic.get("severity") in ("error", "warning"):
-            found.append(f"{diagnostic['severity']} {diagnostic.get('urn', '')}: {diagnostic.get('message', '').strip()}")
+            found.append(f"{diagnostic['severity']} {diagnostic.get('urn', '')}: "
+                         f"{diagnostic.get('message', '').strip()}")
     return found
 
 

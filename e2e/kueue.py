@@ -10,13 +10,19 @@ Stand-ins: the API server reaches the webhooks by URL (https://127.0.0.1:PORT/..
 the in-cluster Service `kueue-webhook-service` and Kueue manages its own certificate. With its own certificate
 management off, Kueue v0.19.2 also reads a metrics certificate from the fixed path /etc/kueue/metrics/certs
 (cmd/kueue/main.go), even with metrics off: it runs in a private mount namespace (unshare) where a tmpfs over /etc
-holds that certificate, so nothing is written outside the test's folder. Its visibility API server (listings of
-pending workloads, which no scenario reads) wants a certificate at /visibility: it is off here (VisibilityOnDemand).
+holds that certificate, so nothing is written outside the test's folder. Its visibility API server (the feature gate
+VisibilityOnDemand, on by default: pkg/features/kube_features.go) reads its certificate from the fixed folder
+/visibility (pkg/visibility/server.go, certDir): Kueue runs chrooted into a private root made of the host's folders
+(bind mounts) plus that one. The API server reaches it through the APIService of Kueue's config/components/visibility
+(insecureSkipTLSVerify, as the chart sets it without cert-manager), routed to the endpoints of a Service without
+selector: the host's own non-loopback address (an endpoint may not be a loopback one), a stand-in for the chart's
+`kueue-visibility-server` Service in front of Kueue's pod.
 """
 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import os
 import subprocess
 from pathlib import Path
@@ -27,10 +33,9 @@ import yaml
 from components import labels
 from components.kueue import FAIR_SHARING, configuration
 from e2e.cluster import TOOLS, ControlPlane, free_port
-from e2e.kube import Kube, apply_crds, service_account_kubeconfig
+from e2e.kube import Kube, apply_crds, service_account_kubeconfig, wait_for
 
 WEBHOOK_GROUPS = {"kueue.x-k8s.io", "batch"}  # Kueue's kinds, and batch/job: the frameworks the platform enables
-METRICS_CERTS = "/etc/kueue/metrics/certs"
 CLUSTER_SCOPED = {"clusterqueues", "resourceflavors", "cohorts"}  # the kinds whose webhooks see no namespace
 # Stand-in: the five minutes both builds wait for an admitted job's pods, shortened (kwok's pods are ready within
 # seconds of being scheduled, well within this).
@@ -105,10 +110,11 @@ def as_red_hat_operator_configures(instance: dict[str, Any]) -> dict[str, Any]:
 
 
 def local_configuration(base: dict[str, Any], webhook_port: int, health_port: int, cert_dir: Path,
+                        visibility: tuple[str, int],
                         pods_ready_seconds: int | None = PODS_READY_SECONDS) -> dict[str, Any]:
-    """A configuration with only where Kueue serves changed (and the visibility server off), and the time an admitted
-    job's pods have to become ready shortened to `pods_ready_seconds` so a scenario sees the eviction (None: the
-    configured time, for pods that wait for a node to be provisioned)."""
+    """A configuration with only where Kueue serves changed (its visibility server at `visibility`, an address and
+    port), and the time an admitted job's pods have to become ready shortened to `pods_ready_seconds` so a scenario
+    sees the eviction (None: the configured time, for pods that wait for a node to be provisioned)."""
     ready = {"waitForPodsReady": {**base["waitForPodsReady"], "timeout": f"{pods_ready_seconds}s"}} if \
         "waitForPodsReady" in base and pods_ready_seconds is not None else {}
     return {**base, **ready,
@@ -117,7 +123,54 @@ def local_configuration(base: dict[str, Any], webhook_port: int, health_port: in
             "metrics": {"bindAddress": "0"},
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": False},
-            "featureGates": {"VisibilityOnDemand": False}}
+            "visibilityServer": {"bindAddress": visibility[0], "bindPort": visibility[1]}}
+
+
+VISIBILITY_SERVICE = "kueue-visibility-server"  # the chart's (release kueue: templates/visibility/service.yaml)
+# Kueue in a root of its own: the host's top folders bound in, a tmpfs /etc holding the metrics certificate, and
+# /visibility holding the visibility server's ($0: the certificates' folder, $1: the new root).
+PRIVATE_ROOT = """set -e
+certs=$0 root=$1; shift
+mount -t tmpfs tmpfs "$root"
+for d in /*; do
+  n=${d#/}
+  if [ -L "$d" ]; then cp -P "$d" "$root/$n"; elif [ -d "$d" ]; then mkdir "$root/$n"; mount --rbind "$d" "$root/$n"; fi
+done
+mount -t tmpfs tmpfs "$root/etc"
+mkdir -p "$root/etc/kueue/metrics/certs" "$root/visibility"
+cp "$certs/tls.crt" "$certs/tls.key" "$root/etc/kueue/metrics/certs"
+cp "$certs/tls.crt" "$certs/tls.key" "$root/visibility"
+exec chroot "$root" "$@"
+"""
+
+
+def host_address() -> str | None:
+    """The host's first non-loopback, non-link-local IPv4 address (`hostname -I`), where the API server can reach
+    Kueue's visibility server through an endpoint; None if it has none."""
+    result = subprocess.run(["hostname", "-I"], capture_output=True, text=True, timeout=10)
+    for word in result.stdout.split():
+        address = ipaddress.ip_address(word)
+        if address.version == 4 and not (address.is_loopback or address.is_link_local):
+            return word
+    return None
+
+
+def register_visibility(source: Path, admin: Kube, address: str, port: int) -> None:
+    """Kueue's APIService (v1beta2) pointed at a Service without selector whose endpoint is Kueue's visibility
+    server; waits until the API server reports it Available."""
+    namespace = labels.KUEUE_NAMESPACE
+    admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    admin.apply({"apiVersion": "v1", "kind": "Service", "metadata": {"name": VISIBILITY_SERVICE, "namespace": namespace},
+                 "spec": {"ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}]}})
+    admin.apply({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": VISIBILITY_SERVICE,
+                                                                      "namespace": namespace},
+                 "subsets": [{"addresses": [{"ip": address}], "ports": [{"name": "https", "port": port}]}]})
+    service = yaml.safe_load((source / "config/components/visibility/apiservice_v1beta2.yaml").read_text())
+    service["spec"]["service"] = {"name": VISIBILITY_SERVICE, "namespace": namespace}
+    admin.apply(service)
+    wait_for(lambda: any(c["type"] == "Available" and c["status"] == "True" for c in (admin.get(
+        "apiregistration.k8s.io/v1", "APIService", service["metadata"]["name"]) or {}).get("status", {}).get(
+            "conditions", [])), "Kueue's visibility API available", timeout=90)
 
 
 def start(plane: ControlPlane, admin: Kube, red_hat_instance: dict[str, Any] | None = None,
@@ -130,15 +183,21 @@ def start(plane: ControlPlane, admin: Kube, red_hat_instance: dict[str, Any] | N
     serving_certificate(plane.folder / "pki", folder / "certs")
     kubeconfig = service_account_kubeconfig(admin, plane.kubeconfig, folder,
                                             labels.KUEUE_CONTROLLERS[1 if red_hat_instance else 0])
-    webhook_port, health_port = free_port(), free_port()
+    webhook_port, health_port, visibility_port = free_port(), free_port(), free_port()
+    address = host_address()
+    if address is None:
+        raise RuntimeError("this host has no non-loopback IPv4 address: the API server cannot reach Kueue's "
+                           "visibility server through an endpoint (endpoints may not be loopback addresses)")
     config = folder / "config.yaml"
     base = as_red_hat_operator_configures(red_hat_instance) if red_hat_instance else configuration()
     config.write_text(yaml.safe_dump(local_configuration(base, webhook_port, health_port, folder / "certs",
-                                                             pods_ready_seconds)))
+                                                         (address, visibility_port), pods_ready_seconds)))
+    (folder / "root").mkdir()
     plane.spawn("kueue", "--config", str(config), "--kubeconfig", str(kubeconfig), wrapper=(
-        "unshare", "--user", "--map-root-user", "--mount", "sh", "-c", f"mount -t tmpfs tmpfs /etc && mkdir -p "
-        f"{METRICS_CERTS} && cp \"$0\"/tls.crt \"$0\"/tls.key {METRICS_CERTS} && exec \"$@\"", str(folder / "certs")))
+        "unshare", "--user", "--map-root-user", "--mount", "sh", "-c", PRIVATE_ROOT, str(folder / "certs"),
+        str(folder / "root")))
     plane.wait_ready(f"http://127.0.0.1:{health_port}/readyz", lambda body: body.strip() == b"ok")
+    register_visibility(source, admin, address, visibility_port)
     ca = (plane.folder / "pki" / "ca.crt").read_bytes()
     for document in webhook_configurations(source, f"https://127.0.0.1:{webhook_port}", ca,
                                            managed_only=red_hat_instance is not None):

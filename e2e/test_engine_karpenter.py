@@ -50,7 +50,8 @@ def test_a_karpenter_pool_moves_to_a_new_kernel_driver_first_as_gpuctl_previews_
         # The review says what Karpenter will do, and that it evicts running jobs.
         roll = next(pool["roll"] for pool in life.review["summary"]["pools"] if pool["name"] == "a10g-training")
         assert "marked Drifted" in roll and "1 node (4 GPUs) at a time (disruption budget 1)" in roll, roll
-        assert "pool a10g-training drift replacement" in [item["what"] for item in life.review["summary"]["destructive"]]
+        destructive = [item["what"] for item in life.review["summary"]["destructive"]]
+        assert "pool a10g-training drift replacement" in destructive, destructive
         # `up` created the new kernel's driver before it touched either object Karpenter drifts on.
         steps = operations(life.engine.event_log)
         driver_done = steps.index(("done", "create", NEW_DRIVER))

@@ -280,7 +280,8 @@ def driver(branch: str, version: str | None = None, precompiled: bool | None = N
 
 
 NODES_REBOOTED = "the nodes rebooted into the declared kernel, then a tenant's group changed"
-TO_SHARES, TO_MIG = "a pool switched from whole GPUs to time-sliced shares", "the pool switched from shares to MIG slices"
+TO_SHARES = "a pool switched from whole GPUs to time-sliced shares"
+TO_MIG = "the pool switched from shares to MIG slices"
 # How each partitioning change of dev's A100 pool reaches its running nodes, as gpuctl's review says (its roll line).
 PARTITION_ROLLS = {TO_SHARES: "the device plugin and GPU feature discovery restart on every GPU node",
                    TO_MIG: "a Job labels the pool's running machines"}

@@ -260,14 +260,49 @@ def test_a_low_priority_tenant_cannot_queue_at_high_priority(cluster: Applied) -
     assert f"workload priority class {labels.HIGH_PRIORITY_CLASS}" in text
 
 
-def test_a_tenant_sees_why_its_job_waits_but_cannot_change_its_queue(cluster: Applied) -> None:
-    """Its Workloads and LocalQueue, and its place in the queue: the LocalQueue's pending workloads through Kueue's
-    visibility API (the access is what is tested: that API's server is off here, e2e/kueue.py)."""
+VISIBILITY = "visibility.kueue.x-k8s.io"
+
+
+def pending_workloads(user: Kube, path: str) -> dict[str, Any]:
+    """GET a listing of Kueue's visibility API (served by Kueue, through the API server's aggregation)."""
+    return user.dynamic.request("GET", f"/apis/{VISIBILITY}/v1beta2/{path}").to_dict()
+
+
+def test_a_tenant_reads_its_place_in_its_queue_and_no_other_tenants(cluster: Applied) -> None:
+    """Its LocalQueue's pending workloads, with each one's position, through Kueue's visibility API as the tenant;
+    another tenant's queue and the ClusterQueues' listings (every tenant's workloads) are refused it."""
+    submit(cluster, "analytics", gpu_job("own", 4))
+    admitted(cluster, "analytics", "own")
+    # 4 GPUs each: more than llm-training lends (2), so both wait. Kueue orders a queue by priority, then by the
+    # workload's creation time (pkg/workload/workload.go GetQueueOrderTimestamp), which is kept to the second: two
+    # jobs created in the same second were seen listed in either order, so the second is submitted a second later.
+    for name in ("first", "second"):
+        submit(cluster, "analytics", gpu_job(name, 4))
+        created = wait_for(lambda: workload(cluster, "analytics", name), f"analytics/{name} queued",
+                           timeout=SETTLE_SECONDS)["metadata"]["creationTimestamp"]
+        time.sleep(max(0.0, datetime.fromisoformat(created).timestamp() + 1 - datetime.now(timezone.utc).timestamp()))
     user = tenant_client(cluster, "analytics")
-    visibility = "visibility.kueue.x-k8s.io"
-    assert user.can("get", "localqueues", "analytics", visibility, subresource="pendingworkloads")
-    assert not user.can("get", "localqueues", "llm-training", visibility, subresource="pendingworkloads")
-    assert not user.can("get", "clusterqueues", "", visibility, subresource="pendingworkloads")
+    names = {workload(cluster, "analytics", name)["metadata"]["name"]: name for name in ("first", "second")}
+
+    def positions() -> dict[str, int] | None:
+        listing = pending_workloads(user, f"namespaces/analytics/localqueues/{labels.TENANT_QUEUE}/pendingworkloads")
+        found = {names[item["metadata"]["name"]]: item["positionInLocalQueue"] for item in listing["items"]
+                 if item["metadata"]["name"] in names}
+        return found if len(found) == 2 else None
+
+    assert wait_for(positions, "both jobs listed as pending", timeout=SETTLE_SECONDS) == {"first": 0, "second": 1}
+    other = refusal(lambda: pending_workloads(
+        user, f"namespaces/llm-training/localqueues/{labels.TENANT_QUEUE}/pendingworkloads"))
+    assert "forbidden" in other
+    assert "forbidden" in refusal(lambda: pending_workloads(user, "clusterqueues/analytics/pendingworkloads"))
+
+
+def test_a_tenant_sees_why_its_job_waits_but_cannot_change_its_queue(cluster: Applied) -> None:
+    """Its Workloads and LocalQueue; its place in the queue is read above."""
+    user = tenant_client(cluster, "analytics")
+    assert user.can("get", "localqueues", "analytics", VISIBILITY, subresource="pendingworkloads")
+    assert not user.can("get", "localqueues", "llm-training", VISIBILITY, subresource="pendingworkloads")
+    assert not user.can("get", "clusterqueues", "", VISIBILITY, subresource="pendingworkloads")
     assert user.can("list", "workloads", "analytics", group="kueue.x-k8s.io")
     assert user.can("get", "localqueues", "analytics", group="kueue.x-k8s.io")
     assert not user.can("update", "localqueues", "analytics", group="kueue.x-k8s.io")

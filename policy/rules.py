@@ -141,11 +141,13 @@ def requests_gpus(spec: Mapping[str, Any]) -> bool:
 
 
 def tenant_namespaces(resources: Sequence[PolicyResource]) -> dict[str, PolicyResource]:
-    """Namespaces labelled as a tenant's, by name (found once per resource list; callers only read it)."""
+    """Namespaces labelled as a tenant's, by name (found once per resource list; callers only read it). The
+    admission gate's probe namespace carries the label so the tenant policies bind it, but is no tenant's."""
     found = index(resources)
     return found.derived("tenant namespaces", lambda: {
         dig(r.props, "metadata", "name"): r for r in found.of_kind("Namespace")
-        if dig(r.props, "metadata", "labels", labels.TENANT_LABEL)})
+        if dig(r.props, "metadata", "labels", labels.TENANT_LABEL)
+        and not dig(r.props, "metadata", "labels", labels.ADMISSION_PROBE_LABEL)})
 
 
 def quotas(resources: Sequence[PolicyResource], namespace: str) -> list[Mapping[str, Any]]:

@@ -33,7 +33,8 @@ SUPPORTED_KUBERNETES_VERSIONS = tuple(f"1.{minor}" for minor in range(30, 38))
 # cert-manager Operator's namespace, and cert-manager, which that operator creates for its operands).
 QUEUE_NAMESPACES = (labels.KUEUE_NAMESPACE, labels.CERT_MANAGER_OLM.namespace, "cert-manager")
 RESERVED_NAMESPACES = re.compile("|".join(["default", "kube-.*", "openshift.*", "gpu-system",
-                                           *map(re.escape, (*labels.SYSTEM_NAMESPACES, *QUEUE_NAMESPACES))]))
+                                           *map(re.escape, (*labels.SYSTEM_NAMESPACES, *QUEUE_NAMESPACES,
+                                                            *labels.ADMISSION_GATE_NAMESPACES))]))
 PLATFORM_LABEL_PREFIX = "gpu-platform.io/"  # the platform's own labels (tenant, priority class, pool, ...)
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 MAX_LABEL_VALUE = 63  # characters of a Kubernetes label value
@@ -97,7 +98,8 @@ def _dns_label(max_length: int):
 def _tenant_namespace(name: str) -> str:
     if RESERVED_NAMESPACES.fullmatch(name):
         raise ValueError(f"{name!r} is a system namespace (default, kube-*, openshift*, or an operator's: "
-                         f"{', '.join((*labels.SYSTEM_NAMESPACES, *QUEUE_NAMESPACES))}); choose a team name")
+                         f"{', '.join((*labels.SYSTEM_NAMESPACES, *QUEUE_NAMESPACES, *labels.ADMISSION_GATE_NAMESPACES))}); "
+                         "choose a team name")
     return name
 
 

@@ -8,6 +8,7 @@ import pulumi_kubernetes as k8s
 from components import labels
 from components.admission import (VALIDATIONS, TenantAdmission, TenantAdmissionArgs, dedicated_validations,
                                   gpu_guard_args)
+from components.admission_gate import CURL_IMAGE, AdmissionGate, AdmissionGateArgs, tenant_probes
 from components.cluster_policy import ClusterPolicyStack, ClusterPolicyStackArgs
 from components.device_plugin import DevicePluginStack, DevicePluginStackArgs
 from components.driver import DriverStack, DriverStackArgs
@@ -125,6 +126,11 @@ class GpuPlatform(pulumi.ComponentResource):
                                           install_cert_manager=config.tenancy.cert_manager == "install",
                                           compute=openshift),
                       pulumi.ResourceOptions(parent=self)) if queued else None
+        # The API server loads policies asynchronously: members are bound only once each policy refuses its probe.
+        gate_image = cli_image or CURL_IMAGE
+        gate = AdmissionGate("admission-gate", AdmissionGateArgs(
+            tenant_probes(gate_image, queue=queued), gate_image, openshift=openshift), pulumi.ResourceOptions(
+                parent=self, depends_on=[admission, network_admission, objects, *([kueue] if kueue else [])]))
         tenants = part.tenants(config.tenants) if part else config.tenants  # those this process registers
         # Every kind the fleet advertises is capped in each tenant's quota (0 where not given): a quota caps only
         # the resources it names.
@@ -136,6 +142,7 @@ class GpuPlatform(pulumi.ComponentResource):
                 cpu=tenant.cpu, memory=tenant.memory, pods=tenant.pods, scrapers=cluster.scrapers,
                 protect=not tenant.retired, gpu_quota=not queued, kueue_managed=queued and openshift,
                 dedicated_pools=tuple(name for name, tenants in owners.items() if tenant.name in tenants),
+                members_after=(gate.ready,),
             ), pulumi.ResourceOptions(parent=self, depends_on=[*priority_classes, role, admission, network_admission,
                                                                objects, *([kueue] if kueue else [])]))
             for tenant in tenants

@@ -30,7 +30,10 @@ def test_each_tenant_loses_its_hard_gpu_quota_and_nothing_else(switch) -> None:
     diff, _ = switch
     assert kinds(diff, "delete") == [("ResourceQuota", f"tenant-{name}-gpu-quota")
                                      for name in ("analytics", "llm-training", "search-ranking")]
-    assert not [step for step in diff.steps if step.op in ("replace", "create-replacement", "delete-replaced")]
+    # Only the admission gate's Job is replaced: it now proves the queue policy too (a new Job, run before the old
+    # one is deleted).
+    assert [step.resource["name"] for step in diff.steps
+            if step.op in ("replace", "create-replacement", "delete-replaced")] == ["admission-gate-job"]
 
 
 def test_each_tenant_gains_a_cluster_queue_and_the_local_queue_of_its_namespace(switch) -> None:

@@ -205,7 +205,8 @@ def test_names_must_be_dns_1123_labels(path: tuple, bad: str) -> None:
 @pytest.mark.parametrize("namespace", ["default", "kube-system", "openshift-monitoring", "gpu-operator",
                                        "nvidia-gpu-operator", "node-feature-discovery", "openshift-nfd",
                                        "kueue-system", "openshift-kueue-operator", "cert-manager",
-                                       "cert-manager-operator"])
+                                       "cert-manager-operator", "gpu-platform-admission-gate",
+                                       "gpu-platform-admission-probe"])
 def test_tenant_cannot_take_a_system_or_operator_namespace(namespace: str, stack: str) -> None:
     """In either flavor and mode: a tenant of that name would be a second Namespace resource, or put the tenant's
     role into an operator's namespace."""
