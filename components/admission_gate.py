@@ -22,9 +22,10 @@ import pulumi_kubernetes as k8s
 
 from components import labels
 from components.admission import POLICY_NAME as TENANT_PODS_POLICY
-from components.manifests import child_options, metadata
+from components.manifests import RESTRICTED_CONTAINER, child_options, metadata, run_once
 from components.tenant_network import DEFAULT_NETWORK_ANNOTATION, POLICY_NAME as NETWORK_POLICY
 from components.tenant_objects import POLICY_NAME as OBJECTS_POLICY, TOKEN_SECRET
+from components.tenant_quota import quota as enforced_quota
 
 # Where the gate's Job runs, and the namespace the tenant policies bind where nothing can be created.
 GATE_NAMESPACE, PROBE_NAMESPACE = labels.ADMISSION_GATE_NAMESPACES
@@ -37,7 +38,6 @@ GATE_TIMEOUT_SECONDS = 600
 CURL_IMAGE = "registry.k8s.io/e2e-test-images/agnhost:2.56"
 NOBODY = 65534  # agnhost's image sets no user (root): the gate runs as nobody
 
-_RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Probe:
 
 def _pod(name: str, image: str, **spec: Any) -> dict[str, Any]:
     annotations = spec.pop("annotations", None)
-    container = {"name": "probe", "image": image, "securityContext": _RESTRICTED_CONTAINER,
+    container = {"name": "probe", "image": image, "securityContext": RESTRICTED_CONTAINER,
                  **({"resources": spec.pop("resources")} if "resources" in spec else {})}
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, **({"annotations": annotations} if annotations else {})},
@@ -138,10 +138,8 @@ class AdmissionGate(pulumi.ComponentResource):
         in_probe = child_options(self, opts, probe_namespace)
         # A dry run is authorised as the create it stands for, so the gate holds `create`; this quota (checked after
         # the policies) refuses every real one. Its status must be written before it refuses anything.
-        quota = k8s.core.v1.ResourceQuota(f"{name}-probe-quota", metadata=metadata(
-            "nothing", PROBE_NAMESPACE, annotations={labels.WAIT_FOR: "jsonpath={.status.hard}",
-                                                     labels.TIMEOUT_SECONDS: "120"}),
-            spec={"hard": {"pods": "0", "services": "0"}}, opts=in_probe)
+        quota = enforced_quota(f"{name}-probe-quota", "nothing", PROBE_NAMESPACE,
+                               {"hard": {"pods": "0", "services": "0"}}, in_probe)
         namespace = k8s.core.v1.Namespace(f"{name}-namespace", metadata=metadata(
             GATE_NAMESPACE, extra_labels=restricted), opts=child_options(self, opts))
         in_gate = child_options(self, opts, namespace)
@@ -159,23 +157,12 @@ class AdmissionGate(pulumi.ComponentResource):
         self.ready = k8s.batch.v1.Job(
             f"{name}-job", metadata=metadata(f"admission-gate-{digest}", GATE_NAMESPACE, annotations={
                 labels.TIMEOUT_SECONDS: str(GATE_TIMEOUT_SECONDS)}),
-            spec={
-                "backoffLimit": 2,
-                "activeDeadlineSeconds": GATE_TIMEOUT_SECONDS,
-                "template": {"spec": {
-                    "serviceAccountName": ACCOUNT,
-                    "restartPolicy": "Never",
-                    "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"},
-                                        **({} if args.openshift else {"runAsUser": NOBODY})},
-                    "containers": [{
-                        "name": "gate",
-                        "image": args.image,
-                        "command": ["/bin/sh", "-c", script],
-                        "env": [{"name": "NAMESPACE", "value": PROBE_NAMESPACE}],
-                        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
-                        "securityContext": _RESTRICTED_CONTAINER,
-                    }],
-                }},
-            },
+            spec=run_once(ACCOUNT, GATE_TIMEOUT_SECONDS, {
+                "name": "gate",
+                "image": args.image,
+                "command": ["/bin/sh", "-c", script],
+                "env": [{"name": "NAMESPACE", "value": PROBE_NAMESPACE}],
+                "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+            }, pod_security=None if args.openshift else {"runAsUser": NOBODY}),
             opts=child_options(self, opts, account, role, binding, quota))
         self.register_outputs({"job": self.ready.metadata["name"]})

@@ -48,3 +48,23 @@ def child_options(parent: pulumi.Resource, opts: pulumi.ResourceOptions | None,
     """
     inherited = list(opts.depends_on or []) if opts else []
     return pulumi.ResourceOptions(parent=parent, depends_on=[*inherited, *depends_on])
+
+
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def run_once(account: str, deadline_seconds: int, container: dict[str, Any],
+             pod_security: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The spec of a Job the stack runs once, as `account`: two retries, its deadline, non-root under the runtime's
+    seccomp profile (and `pod_security`), its one container without privilege escalation or capabilities."""
+    return {
+        "backoffLimit": 2,
+        "activeDeadlineSeconds": deadline_seconds,
+        "template": {"spec": {
+            "serviceAccountName": account,
+            "restartPolicy": "Never",
+            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"},
+                                **(pod_security or {})},
+            "containers": [{**container, "securityContext": RESTRICTED_CONTAINER}],
+        }},
+    }

@@ -8,7 +8,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import labels
-from components.manifests import child_options, metadata
+from components.manifests import child_options, metadata, run_once
 
 MARKETPLACE_NAMESPACE = "openshift-marketplace"
 # How long `pulumi up` waits for the pinned CSV to be installed (the approver Job's deadline, and the provider's).
@@ -109,25 +109,13 @@ class OlmOperator(pulumi.ComponentResource):
             f"{name}-approve-install-plan",
             metadata=metadata(f"approve-{package.csv}"[:63].rstrip(".-"), package.namespace, annotations={
                 labels.TIMEOUT_SECONDS: str(INSTALL_TIMEOUT_SECONDS)}),
-            spec={
-                "backoffLimit": 2,
-                "activeDeadlineSeconds": INSTALL_TIMEOUT_SECONDS,
-                "template": {"spec": {
-                    "serviceAccountName": account,
-                    "restartPolicy": "Never",
-                    "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-                    "containers": [{
-                        "name": "approve",
-                        "image": cli_image,
-                        "command": ["/bin/bash", "-c", APPROVE_SCRIPT],
-                        "env": [{"name": "CSV", "value": package.csv},
-                                {"name": "NAMESPACE", "value": package.namespace}],
-                        "resources": {"requests": {"cpu": "10m", "memory": "64Mi"},
-                                      "limits": {"memory": "256Mi"}},
-                        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-                    }],
-                }},
-            },
+            spec=run_once(account, INSTALL_TIMEOUT_SECONDS, {
+                "name": "approve",
+                "image": cli_image,
+                "command": ["/bin/bash", "-c", APPROVE_SCRIPT],
+                "env": [{"name": "CSV", "value": package.csv}, {"name": "NAMESPACE", "value": package.namespace}],
+                "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+            }),
             opts=child_options(self, opts, service_account, role, binding, scope),
         )
 
