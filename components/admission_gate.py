@@ -39,7 +39,6 @@ CURL_IMAGE = "registry.k8s.io/e2e-test-images/agnhost:2.56"
 NOBODY = 65534  # agnhost's image sets no user (root): the gate runs as nobody
 
 
-
 @dataclass(frozen=True)
 class Probe:
     """An object (`resource`, `body`) that the policy `policy` refuses in a tenant namespace, and nothing else does."""
