@@ -38,6 +38,7 @@ ONE_SHARE_PER_CONTAINER = (
     f"more than one per container; ask for whole GPUs ({GPU}) or a MIG slice for more")
 # CEL, as the API server evaluates it (Kubernetes CEL: `has`, macros, `quantity`, `namespaceObject`, `variables`).
 VARIABLES = {
+    "podSpec": "object.spec",
     "containers": "object.spec.containers"
                   " + (has(object.spec.initContainers) ? object.spec.initContainers : [])",
     "requestsGpu": "variables.containers.exists(c, has(c.resources)"
@@ -54,7 +55,24 @@ VARIABLES = {
                    " : ''",
     "namespaceLabels": "has(namespaceObject.metadata.labels) ? namespaceObject.metadata.labels : {}",
     "tolerations": "has(object.spec.tolerations) ? object.spec.tolerations : []",
+    # An update that leaves the tolerations as they were (most do: a controller removing its finalizer) is not
+    # checked again against rules that came after the pod.
+    "tolerationsKept": "request.operation == 'UPDATE' && variables.tolerations"
+                       " == (has(oldObject.spec.tolerations) ? oldObject.spec.tolerations : [])",
 }
+# A cordon (kubectl cordon, every drain and re-cut) is the taint node.kubernetes.io/unschedulable:NoSchedule, which
+# the scheduler holds a pod to like any other (NodeUnschedulable filter, pkg/scheduler/framework/plugins/
+# nodeunschedulable): a tenant pod may tolerate neither it nor every taint at once. Checked on pods, and in tenancy
+# mode queue on Jobs' templates too (by `variables.podSpec` and `variables.tolerations`).
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+CORDON_RULES = [
+    ("variables.tolerationsKept || !variables.tolerations.exists(t, (!has(t.key) || t.key == '') && has(t.operator)"
+     " && t.operator == 'Exists')",
+     f"tolerating every taint would tolerate a cordoned node and pools dedicated to other tenants; tolerate {GPU} "
+     "by its key"),
+    (f"variables.tolerationsKept || !variables.tolerations.exists(t, has(t.key) && t.key == '{UNSCHEDULABLE_TAINT}')",
+     f"a cordoned node takes no new tenant pod: do not tolerate {UNSCHEDULABLE_TAINT}"),
+]
 # (expression that must hold, message when it does not)
 VALIDATIONS = [
     ("variables.requestsGpu || !variables.toleratesGpuTaint",
@@ -82,6 +100,7 @@ VALIDATIONS = [
      " && (!has(t.value) || t.value == ''))",
      f"tolerate a dedicated pool by its name ({labels.DEDICATED_TAINT_KEY} with operator Equal and the pool as value), "
      "not every dedicated pool at once"),
+    *CORDON_RULES,
     # Ephemeral containers (added through pods/ephemeralcontainers, which the policy matches too) take no resources,
     # but an environment as any container does.
     ("!has(object.spec.ephemeralContainers) || !object.spec.ephemeralContainers.exists(c, has(c.env)"
@@ -92,13 +111,8 @@ VALIDATIONS = [
 
 def dedicated_validations(owners: dict[str, tuple[str, ...]]) -> list[tuple[str, str]]:
     """Per pool dedicated to some tenants: only pods in their namespaces (labelled labels.DEDICATED_POOL_LABEL for
-    it) tolerate its taint or select it by the pool label; and, with any dedicated pool, no pod tolerates every
-    taint (that would tolerate theirs too)."""
-    if not owners:
-        return []
-    rules = [("!variables.tolerations.exists(t, (!has(t.key) || t.key == '') && has(t.operator)"
-              " && t.operator == 'Exists')",
-              f"tolerating every taint would tolerate pools dedicated to other tenants; tolerate {GPU} by its key")]
+    it) tolerate its taint or select it by the pool label (no pod tolerates every taint: CORDON_RULES)."""
+    rules = []
     for pool, tenants in sorted(owners.items()):
         label = labels.DEDICATED_POOL_LABEL.format(pool=pool)
         rules.append((
@@ -108,6 +122,55 @@ def dedicated_validations(owners: dict[str, tuple[str, ...]]) -> list[tuple[str,
             f" && object.spec.nodeSelector['{labels.POOL_LABEL}'] == '{pool}'))",
             f"pool {pool} is dedicated to {', '.join(tenants)}: only their pods may tolerate its taint or select it"))
     return rules
+
+
+def _units(kind: str) -> str:
+    return (f"variables.containers.map(c, has(c.resources) && has(c.resources.limits) && '{kind}' in c.resources.limits"
+            f" ? quantity(string(c.resources.limits['{kind}'])).asInteger() : 0).sum()")
+
+
+def _asked(resource: str) -> str:
+    return (f"variables.containers.map(c, has(c.resources) && has(c.resources.requests)"
+            f" && '{resource}' in c.resources.requests"
+            f" ? quantity(string(c.resources.requests['{resource}'])).asApproximateFloat() : 0.0).sum()")
+
+
+def node_share_validations(shares: Mapping[str, tuple[int, int]]) -> list[tuple[str, str]]:
+    """A GPU pod asks for at most its units' share of a node's CPU and memory (`shares`: per kind, millicores and MiB
+    per unit; stacks.tenancy.node_shares), every container counted, init containers too. A pod that asks for a kind
+    without a known share (a bring-your-own pool's) is not bounded. Checked as a pod or Job is created: tenants
+    cannot change a pod's requests (pods/resize is not theirs), and a pod admitted under an earlier bound stays
+    updatable."""
+    if not shares:
+        return []
+    bounded = sorted(shares)
+    unknown = (f"variables.containers.exists(c, has(c.resources) && has(c.resources.limits)"
+               f" && c.resources.limits.exists(k, (k == '{GPU}' || k == '{SHARED_GPU}' || k.startsWith('{MIG_PREFIX}'))"
+               f" && !(k in {bounded})))")
+    rules = []
+    for resource, index, scale, unit in (("cpu", 0, 0.001, "millicores"), ("memory", 1, 1024.0 * 1024, "MiB")):
+        bound = " + ".join(f"double({_units(kind)}) * {shares[kind][index] * scale!r}" for kind in bounded)
+        per_kind = ", ".join(f"{kind} {shares[kind][index]}" for kind in bounded)
+        rules.append((f"request.operation != 'CREATE' || !variables.requestsGpu || {unknown}"
+                      f" || {_asked(resource)} <= {bound}",
+                      f"a GPU pod asks for at most its GPUs' share of a node's {resource}, per unit ({unit}): "
+                      f"{per_kind}; more would strand the node's other GPUs or slices, which other tenants were given"))
+    return rules
+
+
+# Karpenter treats a pod's preferred anti-affinity and spread as required until it cannot meet them
+# (sigs.k8s.io/karpenter v1.15.0 pkg/controllers/provisioning/scheduling/preferences.go, Preferences.Relax), so it
+# launches a node for each spread pod.
+SPREAD_RULES = [
+    ("request.operation != 'CREATE' || !variables.requestsGpu || !has(variables.podSpec.affinity)"
+     " || !has(variables.podSpec.affinity.podAntiAffinity)",
+     "GPU pods here are not spread by pod anti-affinity: Karpenter would launch a node for each, up to its pool's "
+     "limit, and strand GPUs other tenants were given"),
+    ("request.operation != 'CREATE' || !variables.requestsGpu || !has(variables.podSpec.topologySpreadConstraints)"
+     " || size(variables.podSpec.topologySpreadConstraints) == 0",
+     "GPU pods here are not spread by topology spread constraints: Karpenter would launch a node for each, up to its "
+     "pool's limit, and strand GPUs other tenants were given"),
+]
 
 
 # Outside tenant namespaces (and the cluster's and platform's own, which the binding leaves out): no GPUs at all.

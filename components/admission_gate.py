@@ -135,16 +135,18 @@ class AdmissionGate(pulumi.ComponentResource):
             PROBE_NAMESPACE, extra_labels={labels.TENANT_LABEL: PROBE_NAMESPACE, labels.ADMISSION_PROBE_LABEL: "true",
                                            **restricted}), opts=child_options(self, opts))
         in_probe = child_options(self, opts, probe_namespace)
-        # A dry run is authorised as the create it stands for, so the gate holds `create`; this quota (checked after
-        # the policies) refuses every real one. Its status must be written before it refuses anything.
+        # A dry run is authorised as the create it stands for, so the gate holds `create` on what it probes with; this
+        # quota of 0 of each (checked after the policies) refuses every real one. Its status must be written before it
+        # refuses anything.
+        created = sorted({probe.resource for probe in args.probes})
         quota = enforced_quota(f"{name}-probe-quota", "nothing", PROBE_NAMESPACE,
-                               {"hard": {"pods": "0", "services": "0"}}, in_probe)
+                               {"hard": {resource: "0" for resource in created}}, in_probe)
         namespace = k8s.core.v1.Namespace(f"{name}-namespace", metadata=metadata(
             GATE_NAMESPACE, extra_labels=restricted), opts=child_options(self, opts))
         in_gate = child_options(self, opts, namespace)
         account = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=metadata(ACCOUNT, GATE_NAMESPACE), opts=in_gate)
         role = k8s.rbac.v1.Role(f"{name}-role", metadata=metadata(ACCOUNT, PROBE_NAMESPACE), rules=[
-            {"apiGroups": [""], "resources": sorted({probe.resource for probe in args.probes}), "verbs": ["create"]},
+            {"apiGroups": [""], "resources": created, "verbs": ["create"]},
         ], opts=in_probe)
         binding = k8s.rbac.v1.RoleBinding(
             f"{name}-binding", metadata=metadata(ACCOUNT, PROBE_NAMESPACE),

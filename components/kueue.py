@@ -66,6 +66,17 @@ def red_hat_configuration() -> dict[str, Any]:
             "gangScheduling": {"policy": "ByWorkload", "byWorkload": {"admission": "Parallel"}}}
 
 
+KUEUE_PREFIX = "kueue.x-k8s.io/"  # Kueue's labels and annotations: kueue.x-k8s.io/..., and its subdomains
+JOB_POD_LABELS = ("batch.kubernetes.io/job-name", "job-name", "batch.kubernetes.io/controller-uid", "controller-uid")
+# The Job controller's finalizer on each pod it counts (pkg/controller/job/job_controller.go,
+# batch.JobTrackingFinalizer): without it, and without its labels and owner reference, a running pod is no longer the
+# Job's, which starts another.
+JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
+
+TENANT_KUEUE_LABELS = (labels.QUEUE_NAME_LABEL, labels.WORKLOAD_PRIORITY_LABEL, "kueue.x-k8s.io/max-exec-time-seconds")
+JOB_CONTROLLER_MANAGER = "kubernetes.io/job-controller"  # batch/v1 JobControllerName
+MAX_GRACE_SECONDS = 60
+
 # CEL on pods and batch Jobs in tenant namespaces (Kubernetes CEL, as the API server evaluates it).
 QUEUE_VARIABLES = {
     "podSpec": "object.kind == 'Pod' ? object.spec : object.spec.template.spec",
@@ -89,9 +100,33 @@ QUEUE_VARIABLES = {
     "suspended": "object.kind == 'Job' && has(object.spec.suspend) && object.spec.suspend",
     # The priority classes a tenant's queued Job may be ordered by: gpu-low, and its own tier.
     "tiers": f"['{labels.LOW_PRIORITY_CLASS}', variables.tenantClass]",
+    "tolerations": "has(variables.podSpec.tolerations) ? variables.podSpec.tolerations : []",
+    "tolerationsKept": "request.operation == 'UPDATE' && variables.tolerations == (oldObject.kind == 'Pod'"
+                       " ? (has(oldObject.spec.tolerations) ? oldObject.spec.tolerations : [])"
+                       " : (has(oldObject.spec.template.spec.tolerations) ? oldObject.spec.template.spec.tolerations"
+                       " : []))",
+    # Kubernetes' own controllers (kube-controller-manager's, each as its service account in kube-system) and Kueue.
+    "byController": f"request.userInfo.username.startsWith('system:serviceaccount:kube-system:')"
+                    f" || request.userInfo.username in {list(labels.KUEUE_CONTROLLERS)}",
+    "updated": "request.operation == 'UPDATE'",
+    "owners": "has(object.metadata.ownerReferences) ? object.metadata.ownerReferences : []",
+    "oldOwners": "variables.updated && has(oldObject.metadata.ownerReferences) ? oldObject.metadata.ownerReferences"
+                 " : []",
+    "marks": "has(object.metadata.labels) ? object.metadata.labels : {}",
+    "oldMarks": "variables.updated && has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}",
+    "notes": "has(object.metadata.annotations) ? object.metadata.annotations : {}",
+    "oldNotes": "variables.updated && has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}",
+    # What ties a pod to its Job and a Job to its Workload: the Job controller selects a Job's pods by these labels
+    # (kubernetes v1.34 pkg/controller/job/job_controller.go, getPodsForJob; the labels of
+    # pkg/apis/batch/types.go), and Kueue reads its own labels and annotations on the Job.
+    "guardedLabels": f"variables.marks.filter(k, k.contains('{KUEUE_PREFIX}') || k in {list(JOB_POD_LABELS)})",
+    "oldGuardedLabels": f"variables.oldMarks.filter(k, k.contains('{KUEUE_PREFIX}') || k in {list(JOB_POD_LABELS)})",
+    "guardedNotes": f"variables.notes.filter(k, k.contains('{KUEUE_PREFIX}'))",
+    "oldGuardedNotes": f"variables.oldNotes.filter(k, k.contains('{KUEUE_PREFIX}'))",
 }
 QUEUE_VALIDATIONS = [
-    (f"object.kind != 'Pod' || !variables.requestsGpu || request.userInfo.username == '{labels.JOB_CONTROLLER}'",
+    (f"object.kind != 'Pod' || request.operation != 'CREATE' || !variables.requestsGpu"
+     f" || request.userInfo.username == '{labels.JOB_CONTROLLER}'",
      f"GPU pods here are started by Kueue: submit a batch/v1 Job labelled {labels.QUEUE_NAME_LABEL}: "
      f"{labels.TENANT_QUEUE}"),
     (f"object.kind != 'Job' || !variables.requestsGpu"
@@ -131,11 +166,66 @@ QUEUE_VALIDATIONS = [
      " || variables.podSpec.priorityClassName in variables.tiers",
      f"Kueue queues a Job at its pod template's priority class: here {labels.LOW_PRIORITY_CLASS} or the tenant's "
      f"tier only (or label it {labels.WORKLOAD_PRIORITY_LABEL})"),
+    # After create, only Kubernetes' controllers and Kueue change what ties a pod to its Job and a Job to its Workload:
+    # a Job turned into a queued Job's child (controller: true) by an update would leave Kueue's management
+    # (FindAncestorJobManagedByKueue), and a running pod detached from its Job would keep its GPUs while the Job
+    # starts another in its place, which Kueue does not count.
+    ("!variables.updated || variables.byController || variables.owners == variables.oldOwners",
+     "owner references here are Kubernetes' to change: a pod or Job moved to another owner would run outside "
+     "what Kueue counts"),
+    ("!variables.updated || variables.byController"
+     " || (size(variables.guardedLabels) == size(variables.oldGuardedLabels) && variables.guardedLabels.all(k,"
+     " k in variables.oldMarks && variables.oldMarks[k] == variables.marks[k])"
+     " && size(variables.guardedNotes) == size(variables.oldGuardedNotes) && variables.guardedNotes.all(k,"
+     " k in variables.oldNotes && variables.oldNotes[k] == variables.notes[k]))",
+     f"{KUEUE_PREFIX} labels and annotations, and the Job labels of a Job's pods, are kept as created: Kueue and the "
+     "Job controller count a job's pods by them"),
+    (f"object.kind != 'Pod' || !variables.updated || variables.byController"
+     f" || has(oldObject.metadata.deletionTimestamp)"
+     f" || !(has(oldObject.metadata.finalizers) && '{JOB_TRACKING_FINALIZER}' in oldObject.metadata.finalizers)"
+     f" || (has(object.metadata.finalizers) && '{JOB_TRACKING_FINALIZER}' in object.metadata.finalizers)",
+     f"the finalizer {JOB_TRACKING_FINALIZER} is the Job controller's: it counts a running pod by it"),
+    # What Kueue reads from a Job besides its queue and priority (kueue v0.19.2 pkg/controller/jobframework):
+    # a prebuilt workload's name (utils.go PrebuiltWorkloadNameFor) takes over a Workload, `elastic-job` lets a Job run
+    # unsuspended behind a scheduling gate its owner may remove (reconciler.go ReconcileGenericJob), `stopping` reads
+    # as running (jobs/job Job.IsSuspended). A tenant's Job carries none: only the labels this policy checks.
+    (f"object.kind != 'Job' || request.operation != 'CREATE'"
+     f" || (variables.marks.all(k, !k.contains('{KUEUE_PREFIX}') || k in {list(TENANT_KUEUE_LABELS)})"
+     f" && variables.notes.all(k, !k.contains('{KUEUE_PREFIX}')))",
+     f"a Job here carries no {KUEUE_PREFIX} annotations and of Kueue's labels only "
+     f"{', '.join(TENANT_KUEUE_LABELS)}"),
+    # Another manager (spec.managedBy) runs the Job's pods instead of the Job controller; a manual selector adopts
+    # any pod that matches it (kubernetes v1.34 pkg/controller/job/job_controller.go).
+    ("object.kind != 'Job' || request.operation != 'CREATE' || ((!has(object.spec.managedBy)"
+     f" || object.spec.managedBy == '{JOB_CONTROLLER_MANAGER}')"
+     " && (!has(object.spec.manualSelector) || !object.spec.manualSelector))",
+     f"a Job here is run by the Job controller (spec.managedBy {JOB_CONTROLLER_MANAGER} or unset) with the "
+     "selector it generates (no spec.manualSelector)"),
+    # Kueue frees a preempted or deleted job's quota once its pods are deleted; a pod being deleted holds its GPU
+    # for its grace period.
+    (f"request.operation != 'CREATE' || !variables.requestsGpu"
+     f" || !has(variables.podSpec.terminationGracePeriodSeconds)"
+     f" || variables.podSpec.terminationGracePeriodSeconds <= {MAX_GRACE_SECONDS}",
+     f"a GPU pod here stops within {MAX_GRACE_SECONDS} s of being preempted (terminationGracePeriodSeconds): "
+     "Kueue has given its GPUs to another job by then"),
     # A queue's flavors are GPU pools: Kueue would give a Job without GPUs a pool's toleration and node labels (on
     # OpenShift, where queues cover CPU and memory too), and the tenant pod policy then refuses its pods.
     (f"object.kind != 'Job' || !('{labels.QUEUE_NAME_LABEL}' in variables.jobLabels) || variables.requestsGpu",
      f"the queue is for GPU Jobs: a Job without a {GPU} request runs without the label {labels.QUEUE_NAME_LABEL}"),
 ]
+
+
+# Deleting a Job orphans its pods unless the request says otherwise (batch/v1's default propagation,
+# kubernetes v1.34 pkg/registry/batch/job/strategy.go DefaultGarbageCollectionPolicy): Kueue then finishes the
+# Workload and frees its quota while the pods run on. A queued Job goes with its pods.
+ORPHANING_DELETE = (
+    f"request.operation != 'DELETE' || variables.byController"
+    f" || !(has(oldObject.metadata.labels) && '{labels.QUEUE_NAME_LABEL}' in oldObject.metadata.labels)"
+    " || (has(request.options) && has(request.options.propagationPolicy)"
+    " ? request.options.propagationPolicy in ['Background', 'Foreground']"
+    " : has(request.options) && has(request.options.orphanDependents) && !request.options.orphanDependents)",
+    "a queued Job is deleted with its pods (propagationPolicy Background or Foreground, as kubectl delete does): "
+    "orphaned pods would keep GPUs Kueue no longer counts")
 
 
 def workload_priority_class(name: str, tier: str, value: int, opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
@@ -158,6 +248,9 @@ class KueueArgs:
     cli_image: str | None = None  # OpenShift: the Red Hat build through OLM, its install plans approved with this
     install_cert_manager: bool = True  # OpenShift: install the cert-manager Operator it needs (else the cluster's)
     compute: bool = False  # OpenShift: CPU and memory are counted in the queues too, in their own flavor
+    # Rules of the tenant pod policy that hold for a pod's template too, checked on Jobs as they are created, so that
+    # Kueue never holds quota for pods that would be refused.
+    template_rules: tuple[tuple[str, str], ...] = ()
 
 
 class Kueue(pulumi.ComponentResource):
@@ -202,11 +295,16 @@ class Kueue(pulumi.ComponentResource):
             f"{name}-policy", metadata=metadata(QUEUE_POLICY_NAME), spec={
                 "failurePolicy": "Fail",
                 "matchConstraints": {"resourceRules": [
-                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]},
-                    {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                     "resources": ["pods"]},
+                    {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE"],
                      "resources": ["jobs"]}]},
                 "variables": [{"name": key, "expression": value} for key, value in QUEUE_VARIABLES.items()],
-                "validations": [{"expression": rule, "message": message} for rule, message in QUEUE_VALIDATIONS],
+                # A DELETE has no `object`: the other rules are for creates and updates. One policy, so that the
+                # admission gate's probe of it proves the deletes' rule in force too.
+                "validations": [*({"expression": f"request.operation == 'DELETE' || ({rule})", "message": message}
+                                  for rule, message in (*QUEUE_VALIDATIONS, *args.template_rules)),
+                                {"expression": ORPHANING_DELETE[0], "message": ORPHANING_DELETE[1]}],
             }, opts=child_options(self, opts))
         k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
             f"{name}-policy-binding", metadata=metadata(QUEUE_POLICY_NAME), spec={
@@ -244,6 +342,10 @@ class TenantQueueArgs:
     tenant: str
     cohort: str
     nominal: dict[str, dict[str, int]]
+    # Every kind the fleet advertises: the queue covers each (0 where not given), so none is left undeclared; and the
+    # fleet's pools, one of which holds those kinds for a tenant without pools of its own.
+    kinds: tuple[str, ...] = ()
+    fleet_pools: tuple[str, ...] = ()
     borrowing_limit: int | None = None
     lending_limit: int | None = None
     weight: int = 1
@@ -274,18 +376,26 @@ def resource_groups(nominal: dict[str, dict[str, int]]) -> list[tuple[list[str],
 
 def cluster_queue_spec(args: TenantQueueArgs) -> dict[str, Any]:
     """The ClusterQueue: per resource group its flavors in the pools' order, each with the tenant's nominal quota of
-    every kind the group covers (0 where the pool has none of it); on OpenShift a group of its own covers CPU and
-    memory in the flavor without node labels. Preemption reclaims lent quota from any borrower in the cohort and,
-    inside the queue, lets higher priority preempt lower; only the tenant's namespace may use it."""
+    every kind the group covers (0 where the pool has none of it); the kinds none of its pools advertise are covered
+    too, in its first group (or on the fleet's first pool), at 0 with nothing to borrow: Kueue skips the resources a
+    queue does not cover (`IgnoreUndeclared`, pkg/scheduler/flavorassigner/flavorassigner.go), so an uncovered kind
+    would run uncounted. On OpenShift a group of its own covers CPU and memory in the flavor without node labels.
+    Preemption reclaims lent quota from any borrower in the cohort and, inside the queue, lets higher priority preempt
+    lower; only the tenant's namespace may use it."""
+    covered = resource_groups(args.nominal) or [([], list(args.fleet_pools[:1]))]
+    not_given = set(args.kinds) - {kind for kinds, _ in covered for kind in kinds}
+    covered[0] = (sorted({*covered[0][0], *not_given}), covered[0][1])
     groups = []
-    for kinds, pools in resource_groups(args.nominal):
+    for kinds, pools in covered:
         flavors = []
         for pool in pools:
             resources = []
             for kind in kinds:
-                nominal = args.nominal[pool].get(kind, 0)
+                nominal = args.nominal.get(pool, {}).get(kind, 0)
                 quota: dict[str, Any] = {"name": kind, "nominalQuota": nominal}
-                if args.borrowing_limit is not None:
+                if kind in not_given:
+                    quota["borrowingLimit"] = 0
+                elif args.borrowing_limit is not None:
                     quota["borrowingLimit"] = args.borrowing_limit
                 if args.lending_limit is not None:
                     quota["lendingLimit"] = min(args.lending_limit, nominal)

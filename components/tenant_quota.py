@@ -66,8 +66,9 @@ def self_provisioning_off(name: str, opts: pulumi.ResourceOptions) -> k8s.rbac.v
 
 @dataclass(frozen=True)
 class TenantQuotaArgs:
-    """One tenant: its name, what it was given of each kind of GPU the fleet advertises (whole GPUs, shares, MIG
-    slices: `quota`, 0 for a kind not given), its priority class and the group that works in its namespace (holding
+    """One tenant: its name, the most it may hold of each kind of GPU the fleet advertises (whole GPUs, shares, MIG
+    slices: `quota`; what it was given, or in tenancy mode `queue` its guarantee plus what it may borrow; 0 for a kind
+    not given), its priority class and the group that works in its namespace (holding
     the ClusterRole `role` there)."""
 
     name: str
@@ -83,7 +84,6 @@ class TenantQuotaArgs:
     pod_security: str = "restricted"
     role: str = labels.TENANT_ROLE
     protect: bool = True  # the engine refuses to delete protected resources: removal takes `retired: true` first
-    gpu_quota: bool = True  # a hard cap on GPUs; tenancy mode `queue` leaves it out (the tenant's queue governs)
     kueue_managed: bool = False  # OpenShift, mode `queue`: the label the Red Hat build's webhooks act on
     dedicated_pools: tuple[str, ...] = ()  # pools reserved for this tenant (and perhaps others)
     members_after: tuple[pulumi.Resource, ...] = ()  # what the group's binding waits for besides the quotas
@@ -152,8 +152,7 @@ class TenantQuota(pulumi.ComponentResource):
         # binding that depends on them.
         kept = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=args.protect))
         quotas = [quota(f"{name}-gpu-quota", "gpu-quota", args.name, {
-            "hard": {f"requests.{kind}": str(amount) for kind, amount in sorted(args.quota.items())}},
-            child)] if args.gpu_quota else []
+            "hard": {f"requests.{kind}": str(amount) for kind, amount in sorted(args.quota.items())}}, child)]
         # CPU pods count too: without this they could fill the GPU nodes a tenant's quota does not cover.
         quotas.append(quota(f"{name}-compute-quota", "compute-quota", args.name, {
             "hard": {"requests.cpu": args.cpu, "requests.memory": args.memory, "pods": str(args.pods)}}, child))

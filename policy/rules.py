@@ -442,23 +442,30 @@ def queued_namespaces(resources: Sequence[PolicyResource]) -> set[str]:
 
 
 def _tenant_gpu_quota(args: StackValidationArgs, report: ReportViolation) -> None:
-    queued = queued_namespaces(args.resources)
+    kinds = sorted({GPU, *(kind for pool in queue_pools(args.resources) for kind in pool.capacity)})
     for namespace, resource in tenant_namespaces(args.resources).items():
-        caps = [cap for cap in (gpu_quota(q) for q in quotas(args.resources, namespace)) if cap is not None]
-        if not caps and namespace not in queued:
-            report(f"tenant namespace {namespace} has no ResourceQuota on {labels.GPU_QUOTA_KEY} and no Kueue queue, "
-                   f"so its pods can take every GPU; add an unscoped ResourceQuota with spec.hard "
-                   f"{labels.GPU_QUOTA_KEY}: \"<gpus>\", or use tenancy mode queue", resource.urn)
-        elif any(whole(cap) is None for cap in caps):
-            report(f"tenant namespace {namespace} caps {labels.GPU_QUOTA_KEY} at {', '.join(map(str, caps))}; "
-                   "use a whole number of GPUs", resource.urn)
+        caps = {kind: [cap for cap in (gpu_quota(q, kind) for q in quotas(args.resources, namespace))
+                       if cap is not None] for kind in kinds}
+        missing = [kind for kind, found in caps.items() if not found]
+        if missing:
+            report(f"tenant namespace {namespace} has no ResourceQuota on {', '.join(missing)}, so its pods can take "
+                   "every one the pools advertise (in tenancy mode queue too: Kueue does not see every path); add an "
+                   "unscoped ResourceQuota with spec.hard requests.<kind>: \"<count>\" for each (0 where not given)",
+                   resource.urn)
+        for kind, found in caps.items():
+            if any(whole(cap) is None for cap in found):
+                report(f"tenant namespace {namespace} caps requests.{kind} at {', '.join(map(str, found))}; "
+                       "use a whole number", resource.urn)
 
 
 def _quota_within_capacity(args: StackValidationArgs, report: ReportViolation) -> None:
     """Per kind: every tenant's quota together within what the pools advertise; and what tenants cannot place on
     pools dedicated to them within the pools dedicated to no one (a dedicated pool counts toward its owners only)."""
     ratio = float(args.get_config().get("maxOvercommit", DEFAULT_OVERCOMMIT))
-    promised = tenant_gpu_quotas(args.resources)
+    # A queued tenant's quota is its ceiling, guarantee plus borrowing: its guarantee is held to capacity by
+    # queue-guarantee-within-capacity.
+    queued = queued_namespaces(args.resources)
+    promised = {name: caps for name, caps in tenant_gpu_quotas(args.resources).items() if name not in queued}
     pools = queue_pools(args.resources)
     namespaces = tenant_namespaces(args.resources)
     capacity: dict[str, int] = {}
@@ -1074,8 +1081,9 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
     ),
     StackValidationPolicy(
         name="tenant-gpu-quota",
-        description=f"Every tenant namespace has a ResourceQuota on {labels.GPU_QUOTA_KEY}, or in tenancy mode queue "
-                    "a LocalQueue feeding a ClusterQueue, behind the policy that keeps GPU work in the queues.",
+        description="Every tenant namespace has an unscoped ResourceQuota on every kind of GPU the pools advertise "
+                    "(whole GPUs, shares, MIG slices), in tenancy mode queue too, where it is the ceiling Kueue "
+                    "admits within.",
         validate=_tenant_gpu_quota,
         enforcement_level=EnforcementLevel.MANDATORY,
     ),

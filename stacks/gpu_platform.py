@@ -6,8 +6,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import labels
-from components.admission import (VALIDATIONS, TenantAdmission, TenantAdmissionArgs, dedicated_validations,
-                                  gpu_guard_args)
+from components.admission import (CORDON_RULES, SPREAD_RULES, VALIDATIONS, TenantAdmission, TenantAdmissionArgs,
+                                  dedicated_validations, gpu_guard_args, node_share_validations)
 from components.admission_gate import CURL_IMAGE, AdmissionGate, AdmissionGateArgs, tenant_probes
 from components.cluster_policy import ClusterPolicyStack, ClusterPolicyStackArgs
 from components.device_plugin import DevicePluginStack, DevicePluginStackArgs
@@ -33,7 +33,7 @@ from components.tenant_quota import TenantQuota, TenantQuotaArgs, self_provision
 from fleet.kernels import KernelInventory
 from stacks.config import NodePoolConfig, StackConfig
 from stacks.part import Part
-from stacks.tenancy import borrowable, guarantees
+from stacks.tenancy import borrowable, ceilings, guarantees, node_shares
 from stacks.tuning import PoolTuning, node_profile, tenant_network_args
 
 PULL_SECRET = "nvidia-registry"
@@ -109,8 +109,11 @@ class GpuPlatform(pulumi.ComponentResource):
             self_provisioning_off("project-self-provisioning-off", pulumi.ResourceOptions(parent=self))
         # Both bound before any tenant namespace exists, so no tenant pod is ever admitted unchecked.
         owners = {pool.name: pool.dedicated_to for pool in config.node_pools if pool.dedicated_to}
+        # The fleet's own rules for tenant pods: a GPU unit's share of a node, and with Karpenter no spreading.
+        pod_rules = (*node_share_validations(node_shares(config)),
+                     *(SPREAD_RULES if any(pool.karpenter for pool in config.node_pools) else ()))
         admission = TenantAdmission("tenant-admission", TenantAdmissionArgs(
-            validations=(*VALIDATIONS, *dedicated_validations(owners))), pulumi.ResourceOptions(parent=self))
+            validations=(*VALIDATIONS, *dedicated_validations(owners), *pod_rules)), pulumi.ResourceOptions(parent=self))
         # Outside tenant namespaces no pod gets a GPU: the quota exists only in tenants'.
         TenantAdmission("gpu-guard", gpu_guard_args(
             (labels.GPU_OPERATOR_NAMESPACES[flavor], labels.NFD_NAMESPACES[flavor], *cluster.scrapers,
@@ -124,7 +127,7 @@ class GpuPlatform(pulumi.ComponentResource):
                                           {name: pool.taints for name, pool in self.pools.items()},
                                           config.charts.mirror, cli_image,
                                           install_cert_manager=config.tenancy.cert_manager == "install",
-                                          compute=openshift),
+                                          compute=openshift, template_rules=(*CORDON_RULES, *pod_rules)),
                       pulumi.ResourceOptions(parent=self)) if queued else None
         # The API server loads policies asynchronously: members are bound only once each policy refuses its probe.
         gate_image = cli_image or CURL_IMAGE
@@ -135,23 +138,27 @@ class GpuPlatform(pulumi.ComponentResource):
         # Every kind the fleet advertises is capped in each tenant's quota (0 where not given): a quota caps only
         # the resources it names.
         kinds = sorted({labels.GPU_RESOURCE, *(kind for pool in config.node_pools for kind in pool.advertised_per_node)})
+        # Queue mode: Kueue decides within a ceiling the API server enforces, the guarantee plus what may be borrowed.
+        shares = guarantees(config) if queued else {}
+        lendable = borrowable(config, shares)
+        caps = ceilings(config, shares, lendable, kinds) if queued else {
+            tenant.name: {kind: tenant.grants.get(kind, 0) for kind in kinds} for tenant in config.tenants}
         self.tenants = {
             tenant.name: TenantQuota(f"tenant-{tenant.name}", TenantQuotaArgs(
-                name=tenant.name, quota={kind: tenant.grants.get(kind, 0) for kind in kinds},
+                name=tenant.name, quota=caps[tenant.name],
                 priority_class=tenant.priority_class, group=tenant.rbac_group,
                 cpu=tenant.cpu, memory=tenant.memory, pods=tenant.pods, scrapers=cluster.scrapers,
-                protect=not tenant.retired, gpu_quota=not queued, kueue_managed=queued and openshift,
+                protect=not tenant.retired, kueue_managed=queued and openshift,
                 dedicated_pools=tuple(name for name, tenants in owners.items() if tenant.name in tenants),
                 members_after=(gate.ready,),
             ), pulumi.ResourceOptions(parent=self, depends_on=[*priority_classes, role, admission, network_admission,
                                                                objects, *([kueue] if kueue else [])]))
             for tenant in tenants
         }
-        shares = guarantees(config) if queued else {}
-        lendable = borrowable(config, shares)
         for tenant in tenants if queued else ():
             TenantQueue(f"tenant-{tenant.name}-queue", TenantQueueArgs(
-                tenant=tenant.name, cohort=config.tenancy.cohort, nominal=shares[tenant.name],
+                tenant=tenant.name, cohort=config.tenancy.cohort, nominal=shares[tenant.name], kinds=tuple(kinds),
+                fleet_pools=tuple(self.pools),
                 borrowing_limit=tenant.queue.borrowing_limit, lending_limit=tenant.queue.lending_limit,
                 weight=tenant.queue.weight,
                 compute={"cpu": tenant.cpu, "memory": tenant.memory} if openshift else None,

@@ -1,5 +1,6 @@
-"""Tenancy mode `queue`: each tenant's guarantee per pool and kind, derived from what it was given and the pools it
-may use."""
+"""What tenants may hold: in tenancy mode `queue` each tenant's guarantee per pool and kind (derived from what it was
+given and the pools it may use) and its ceiling; in either mode the share of a node's CPU and memory that comes with
+one unit of each kind of GPU."""
 
 from __future__ import annotations
 
@@ -58,3 +59,35 @@ def borrowable(config: StackConfig, shares: dict[str, Guarantee]) -> dict[str, d
                 totals[kind] = totals.get(kind, 0) + (lent if limit is None else min(limit, lent))
         result[name] = totals
     return result
+
+
+def ceilings(config: StackConfig, shares: dict[str, Guarantee], lendable: dict[str, dict[str, int]],
+             kinds: list[str]) -> dict[str, dict[str, int]]:
+    """The most of each kind the fleet advertises that each tenant can ever hold: its guarantee plus what it may
+    borrow (0 for a kind its queue does not draw on). The API server holds every tenant namespace to it, whatever
+    Kueue is told or not told."""
+    return {name: {kind: sum(pool.get(kind, 0) for pool in share.values()) + lendable[name].get(kind, 0)
+                   for kind in kinds} for name, share in shares.items()}
+
+
+# The part of a node's vCPUs and memory its GPUs' pods may ask for together: the rest is left for the kubelet, the
+# operating system and the node agents (the GPU Operator's DaemonSets), which a node's allocatable does not show
+# ahead of time.
+NODE_SHARE = 0.9
+
+
+def node_shares(config: StackConfig) -> dict[str, tuple[int, int]]:
+    """Per kind of GPU: the most CPU (millicores) and memory (MiB) a pod may ask per unit of it (a whole GPU, a share,
+    a MIG slice), so that no tenant strands the other units of a node: NODE_SHARE of a node divided by the units of
+    that kind it advertises, the least over the pools that advertise it. Bring-your-own pools declare no node shape
+    and set no bound."""
+    shares: dict[str, tuple[int, int]] = {}
+    for pool in config.node_pools:
+        if pool.bring_your_own is not None:
+            continue
+        for kind, units in pool.advertised_per_node.items():
+            cpu = int(pool.instance.vcpus * 1000 * NODE_SHARE) // units
+            memory = int(pool.instance.memory_mib * NODE_SHARE) // units
+            known = shares.get(kind, (cpu, memory))
+            shares[kind] = (min(cpu, known[0]), min(memory, known[1]))
+    return shares

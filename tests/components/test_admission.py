@@ -8,11 +8,14 @@ from typing import Any
 import pytest
 
 from components import labels
-from components.admission import (GUARD_POLICY_NAME, GUARD_VALIDATIONS, POLICY_NAME, VALIDATIONS, VARIABLES,
-                                  dedicated_validations)
+from components.admission import (CORDON_RULES, GUARD_POLICY_NAME, GUARD_VALIDATIONS, POLICY_NAME,
+                                  UNSCHEDULABLE_TAINT, VALIDATIONS, VARIABLES, dedicated_validations,
+                                  node_share_validations)
 from fleet.partitioning import SHARED_GPU
 from tests.cel import broken_rules, program
-from tests.conftest import Plan
+from stacks.config import parse_stack_config
+from stacks.tenancy import node_shares
+from tests.conftest import Plan, config_values
 
 
 def admit(pod: dict[str, Any], tenant_class: str = labels.LOW_PRIORITY_CLASS, operation: str = "CREATE",
@@ -173,7 +176,11 @@ def tenants_of(plan: Plan) -> list[dict[str, Any]]:
 def test_the_policy_is_bound_to_every_tenant_namespace(dev_plan: Plan) -> None:
     policy = dev_plan.manifest("ValidatingAdmissionPolicy", POLICY_NAME)
     binding = dev_plan.manifest("ValidatingAdmissionPolicyBinding", POLICY_NAME)
-    assert [v["expression"] for v in policy["spec"]["validations"]] == [rule for rule, _ in VALIDATIONS]
+    rules = [v["expression"] for v in policy["spec"]["validations"]]
+    assert rules[:len(VALIDATIONS)] == [rule for rule, _ in VALIDATIONS]
+    # ... then the fleet's: dev has no dedicated pool or Karpenter pool, so each unit's share of a node alone.
+    assert [v["message"] for v in policy["spec"]["validations"][len(VALIDATIONS):]] == [
+        message for _, message in node_share_validations(node_shares(parse_stack_config(config_values("dev"))))]
     assert policy["spec"]["failurePolicy"] == "Fail"
     assert binding["spec"]["validationActions"] == ["Deny"]
     selector = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
@@ -277,3 +284,51 @@ def test_without_dedicated_pools_no_rule_is_added() -> None:
 def test_the_dedicated_rules_compile() -> None:
     for rule, _ in dedicated_validations(OWNERS):
         program(rule)
+
+
+@pytest.mark.parametrize("toleration", [
+    {"key": UNSCHEDULABLE_TAINT, "operator": "Exists", "effect": "NoSchedule"},
+    {"key": UNSCHEDULABLE_TAINT, "operator": "Exists"},
+    {"operator": "Exists"},
+    {"key": "", "operator": "Exists", "effect": "NoSchedule"},
+])
+def test_a_tenant_pod_does_not_tolerate_a_cordon(toleration: dict[str, str]) -> None:
+    """In either tenancy mode, with or without dedicated pools: a cordon holds every tenant pod off."""
+    pod = variant(GPU_POD, tolerations=[*GPU_POD["spec"]["tolerations"], toleration])
+    assert set(admit(pod)) & {message for _, message in CORDON_RULES}
+
+
+SHARES = {labels.GPU_RESOURCE: (10800, 44236), SHARED_GPU: (900, 3686)}
+
+
+def unit_pod(gpus: dict[str, str], cpu: str, memory: str = "1Gi", init_cpu: str | None = None) -> dict[str, Any]:
+    pod = copy.deepcopy(GPU_POD)
+    pod["spec"]["containers"][0]["resources"] = {"limits": gpus, "requests": {**gpus, "cpu": cpu, "memory": memory}}
+    if init_cpu:
+        pod["spec"]["initContainers"] = [{"name": "fetch", "image": "busybox",
+                                          "resources": {"requests": {"cpu": init_cpu}}}]
+    return pod
+
+
+@pytest.mark.parametrize("pod, refused", [
+    (unit_pod({SHARED_GPU: "1"}, "900m"), False),
+    (unit_pod({SHARED_GPU: "1"}, "3800m"), True),  # one share and most of a 4-vCPU node
+    (unit_pod({SHARED_GPU: "1"}, "500m", memory="4Gi"), True),
+    (unit_pod({SHARED_GPU: "1"}, "500m", init_cpu="1"), True),  # init containers count too
+    (unit_pod({labels.GPU_RESOURCE: "2"}, "21600m", memory="86Gi"), False),  # two GPUs, two shares of the node
+    (unit_pod({labels.GPU_RESOURCE: "2"}, "21601m"), True),
+    (unit_pod({"nvidia.com/mig-1g.5gb": "1"}, "40"), False),  # a kind no pool with a known shape advertises
+    (without_gpu(GPU_POD), False),
+])
+def test_a_gpu_pod_asks_for_at_most_its_units_share_of_a_node(pod: dict[str, Any], refused: bool) -> None:
+    rules = node_share_validations(SHARES)
+    assert bool(admit(pod, validations=rules)) == refused
+
+
+def test_a_units_share_is_the_least_over_the_pools_that_advertise_it() -> None:
+    """partitioned: the time-sliced L4 pool (g6.xlarge, 4 vCPUs, 16 GiB, 4 shares) sets a share's; 90% of a node
+    goes to its GPUs' pods."""
+    shares = node_shares(parse_stack_config(config_values("partitioned")))
+    assert shares[SHARED_GPU] == (4 * 1000 * 9 // 10 // 4, 16384 * 9 // 10 // 4)
+    assert set(shares) == {kind for pool in parse_stack_config(config_values("partitioned")).node_pools
+                           if pool.bring_your_own is None for kind in pool.advertised_per_node}

@@ -92,7 +92,7 @@ def test_the_gate_runs_after_every_tenant_policy_and_binding_exists(plan: Plan) 
     assert all(r["urn"] in job["dependencies"] for r in admission)
 
 
-def test_the_gate_may_create_only_in_the_probe_namespace_where_a_quota_refuses_every_pod_and_service(
+def test_the_gate_may_create_only_in_the_probe_namespace_where_a_quota_refuses_everything_it_creates(
         plan: Plan) -> None:
     role = plan.manifest("Role", ACCOUNT, PROBE_NAMESPACE)
     binding = plan.manifest("RoleBinding", ACCOUNT, PROBE_NAMESPACE)
@@ -102,9 +102,10 @@ def test_the_gate_may_create_only_in_the_probe_namespace_where_a_quota_refuses_e
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": GATE_NAMESPACE}]
     assert not [b for b in plan.kind("ClusterRoleBinding") + plan.kind("RoleBinding")
                 if b is not binding and any(s.get("name") == ACCOUNT for s in b.get("subjects", []))]
-    assert quota["spec"]["hard"] == {"pods": "0", "services": "0"}
+    # Nothing of what it may create can be created for real: not a Secret either.
+    assert quota["spec"]["hard"] == {"pods": "0", "secrets": "0", "services": "0"}
     # ... enforced before the gate runs: each limit in its status (see tenant_quota.quota).
-    assert {"jsonpath={.status.hard['pods']}=0", "jsonpath={.status.hard['services']}=0"} <= set(
+    assert {f"jsonpath={{.status.hard['{kind}']}}=0" for kind in ("pods", "secrets", "services")} <= set(
         json.loads(quota["metadata"]["annotations"][labels.WAIT_FOR]))
 
 

@@ -10,8 +10,10 @@ import pytest
 import yaml
 
 from components import labels
-from components.kueue import (QUEUE_VALIDATIONS, QUEUE_VARIABLES, TenantQueueArgs, cluster_queue_spec,
-                              configuration, red_hat_configuration)
+from components.admission import CORDON_RULES
+from components.kueue import (JOB_TRACKING_FINALIZER, MAX_GRACE_SECONDS, ORPHANING_DELETE, QUEUE_VALIDATIONS,
+                              QUEUE_VARIABLES, TenantQueueArgs, cluster_queue_spec, configuration,
+                              red_hat_configuration)
 from tests.cel import broken_rules
 from tests.conftest import ROOT, render_stack
 
@@ -243,3 +245,145 @@ def test_both_builds_evict_a_job_whose_pods_are_not_ready_in_time() -> None:
     minutes, admission not blocked) from gangScheduling ByWorkload with Parallel admission."""
     assert configuration()["waitForPodsReady"] == {"timeout": "5m", "blockAdmission": False}
     assert red_hat_configuration()["gangScheduling"] == {"policy": "ByWorkload", "byWorkload": {"admission": "Parallel"}}
+
+
+def test_a_job_made_a_queued_jobs_child_by_an_update_is_refused() -> None:
+    """Created with a plain owner reference, then updated to controller: Kueue would take it for the parent's child."""
+    plain = owned(suspended(job(QUEUED)), controller=False)
+    assert admit(plain) == []
+    assert any("owner references here are Kubernetes'" in message for message in admit(owned(plain), old=plain))
+    garbage_collector = "system:serviceaccount:kube-system:generic-garbage-collector"
+    released = copy.deepcopy(plain)
+    del released["metadata"]["ownerReferences"]
+    assert admit(released, old=plain, user=garbage_collector) == []
+
+
+def running_pod(**metadata: Any) -> dict[str, Any]:
+    """A Job's GPU pod as the Job controller creates it."""
+    obj = pod()
+    obj["metadata"].update({
+        "labels": {"batch.kubernetes.io/job-name": "j", "job-name": "j", "batch.kubernetes.io/controller-uid": "1",
+                   "controller-uid": "1"},
+        "finalizers": [JOB_TRACKING_FINALIZER],
+        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "1", "controller": True}],
+        **metadata})
+    return obj
+
+
+@pytest.mark.parametrize("field, value", [
+    ("ownerReferences", []),
+    ("labels", {"app": "mine"}),
+    ("finalizers", []),
+])
+def test_a_running_pod_is_not_detached_from_its_job_but_by_kubernetes(field: str, value: Any) -> None:
+    before = running_pod()
+    after = running_pod(**{field: value})
+    assert admit(after, old=before)
+    assert admit(after, old=before, user=labels.JOB_CONTROLLER) == []
+    assert admit(running_pod(annotations={"note": "mine"}), old=before) == []  # anything else of its own
+
+
+def test_a_pod_being_deleted_loses_its_finalizer_to_whoever_removes_it() -> None:
+    deleting = running_pod(deletionTimestamp="2026-11-27T00:00:00Z")
+    assert admit(running_pod(deletionTimestamp="2026-11-27T00:00:00Z", finalizers=[]), old=deleting) == []
+
+
+def test_kueues_labels_and_annotations_stay_as_created() -> None:
+    queued = suspended(job(QUEUED))
+    moved = copy.deepcopy(queued)
+    moved["metadata"]["labels"][labels.WORKLOAD_PRIORITY_LABEL] = labels.LOW_PRIORITY_CLASS
+    assert any("labels and annotations" in message for message in admit(moved, old=queued))
+    assert admit(moved, old=queued, user=labels.KUEUE_CONTROLLERS[0]) == []
+
+
+@pytest.mark.parametrize("change", [
+    {"labels": {"kueue.x-k8s.io/prebuilt-workload-name": "other"}},
+    {"annotations": {"kueue.x-k8s.io/prebuilt-workload-name": "other"}},
+    {"annotations": {"kueue.x-k8s.io/elastic-job": "true"}},
+    {"annotations": {"kueue.x-k8s.io/stopping": "true"}},
+    {"spec": {"managedBy": "example.com/mine"}},
+    {"spec": {"manualSelector": True}},
+    {"template": {"terminationGracePeriodSeconds": MAX_GRACE_SECONDS + 1}},
+])
+def test_a_job_carries_nothing_kueue_would_trust_to_count_less(change: dict[str, Any]) -> None:
+    tricky = suspended(job(QUEUED))
+    tricky["metadata"]["labels"].update(change.get("labels", {}))
+    tricky["metadata"]["annotations"] = change.get("annotations", {})
+    tricky["spec"].update(change.get("spec", {}))
+    tricky["spec"]["template"]["spec"].update(change.get("template", {}))
+    assert admit(tricky)
+
+
+def test_what_a_tenant_may_set_passes() -> None:
+    fine = suspended(job({**QUEUED, "kueue.x-k8s.io/max-exec-time-seconds": "3600", "app": "train"}))
+    fine["spec"].update(managedBy="kubernetes.io/job-controller", manualSelector=False)
+    fine["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = MAX_GRACE_SECONDS
+    assert admit(fine) == []
+
+
+@pytest.mark.parametrize("options, refused", [
+    (None, True),  # batch/v1 orphans by default
+    ({"propagationPolicy": "Orphan"}, True),
+    ({"orphanDependents": True}, True),
+    ({"propagationPolicy": "Background"}, False),
+    ({"propagationPolicy": "Foreground"}, False),
+    ({"orphanDependents": False}, False),
+])
+def test_a_queued_job_is_deleted_with_its_pods(options: dict[str, Any] | None, refused: bool) -> None:
+    queued = suspended(job(QUEUED))
+    variables = {"byController": QUEUE_VARIABLES["byController"]}
+    broken = broken_rules(variables, [ORPHANING_DELETE], None, operation="DELETE", old=queued, options=options)
+    assert bool(broken) == refused
+    assert broken_rules(variables, [ORPHANING_DELETE], None, operation="DELETE", old=job(None, gpus=False),
+                        options=options) == []  # a Job outside the queue: its pods are counted by the quota
+    # The namespace controller deletes what a deleted namespace holds.
+    assert broken_rules(variables, [ORPHANING_DELETE], None, operation="DELETE", old=queued, options=options,
+                        user="system:serviceaccount:kube-system:namespace-controller") == []
+
+
+def test_the_policy_checks_creates_and_updates_only_where_a_delete_has_an_object() -> None:
+    plan = render_stack("queue", yaml.safe_load(EXAMPLE.read_text())["config"])
+    policy = plan.manifest("ValidatingAdmissionPolicy", labels.QUEUE_POLICY_NAME)
+    rules = [v["expression"] for v in policy["spec"]["validations"]]
+    assert rules[-1] == ORPHANING_DELETE[0]
+    assert all(rule.startswith("request.operation == 'DELETE' || (") for rule in rules[:-1])
+    [jobs] = [r for r in policy["spec"]["matchConstraints"]["resourceRules"] if r["resources"] == ["jobs"]]
+    assert jobs["operations"] == ["CREATE", "UPDATE", "DELETE"]
+
+
+def test_every_queue_covers_every_kind_the_fleet_advertises() -> None:
+    """Kueue skips a resource its ClusterQueue does not cover (IgnoreUndeclared): a kind not given is covered at 0,
+    with nothing to borrow; a tenant without pools of its own has them all on the fleet's first pool."""
+    kinds = (GPU, "nvidia.com/gpu.shared", "nvidia.com/mig-1g.5gb")
+    spec = cluster_queue_spec(TenantQueueArgs(tenant="a", cohort="c", nominal={"l4": {"nvidia.com/gpu.shared": 2}},
+                                              borrowing_limit=2, kinds=kinds, fleet_pools=("a10g", "l4")))
+    [group] = spec["resourceGroups"]
+    assert group["coveredResources"] == sorted(kinds)
+    [flavor] = group["flavors"]
+    assert flavor["name"] == "l4" and {q["name"]: (q["nominalQuota"], q["borrowingLimit"])
+                                       for q in flavor["resources"]} == {
+        GPU: (0, 0), "nvidia.com/gpu.shared": (2, 2), "nvidia.com/mig-1g.5gb": (0, 0)}
+    none = cluster_queue_spec(TenantQueueArgs(tenant="b", cohort="c", nominal={}, kinds=kinds,
+                                              fleet_pools=("a10g", "l4")))
+    [group] = none["resourceGroups"]
+    assert [flavor["name"] for flavor in group["flavors"]] == ["a10g"]
+    assert all(q["nominalQuota"] == 0 and q["borrowingLimit"] == 0 for q in group["flavors"][0]["resources"])
+
+
+def test_rules_that_came_after_a_pod_do_not_stop_kubernetes_finishing_it() -> None:
+    """A pod admitted before the cordon rules (tolerating every taint) or with a long grace period: the Job
+    controller still removes its finalizer, and the tenant may still annotate it."""
+    old = running_pod()
+    old["spec"]["tolerations"] = [{"operator": "Exists"}]
+    old["spec"]["terminationGracePeriodSeconds"] = 3600
+    done = copy.deepcopy(old)
+    done["metadata"]["finalizers"] = []
+    assert broken_rules(QUEUE_VARIABLES, [*QUEUE_VALIDATIONS, *CORDON_RULES], done, operation="UPDATE", old=old,
+                        user=labels.JOB_CONTROLLER) == []
+    noted = copy.deepcopy(old)
+    noted["metadata"]["annotations"] = {"note": "mine"}
+    assert broken_rules(QUEUE_VARIABLES, [*QUEUE_VALIDATIONS, *CORDON_RULES], noted, operation="UPDATE",
+                        old=old) == []
+    widened = copy.deepcopy(old)
+    widened["spec"]["tolerations"].append({"key": "node.kubernetes.io/unschedulable", "operator": "Exists"})
+    assert broken_rules(QUEUE_VARIABLES, [*QUEUE_VALIDATIONS, *CORDON_RULES], widened, operation="UPDATE", old=old)

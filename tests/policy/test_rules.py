@@ -447,9 +447,11 @@ CASES: list[Case] = [
      lambda d: default_network(d, "collective"), True, "vision-trainer"),
 
     # "queue": the example stack in tenancy mode queue (examples/Pulumi.queue.yaml).
-    ("queued-tenants-without-gpu-quota", "tenant-gpu-quota", "queue", lambda d: None, False, None),
-    ("queued-tenant-loses-its-queue", "tenant-gpu-quota", "queue",
-     lambda d: remove(d, "tenant-analytics-queue-local-queue"), True, "tenant-analytics-namespace"),
+    ("queued-tenants-have-ceilings", "tenant-gpu-quota", "queue", lambda d: None, False, None),
+    ("queued-tenant-loses-its-ceiling", "tenant-gpu-quota", "queue",
+     lambda d: remove(d, "tenant-analytics-gpu-quota"), True, "tenant-analytics-namespace"),
+    ("queued-ceilings-above-capacity-are-borrowing", "gpu-quota-within-capacity", "queue", lambda d: None, False,
+     None),
     ("guarantees-fit-the-pools", "queue-guarantee-within-capacity", "queue", lambda d: None, False, None),
     ("guarantee-over-a-pool", "queue-guarantee-within-capacity", "queue",
      lambda d: queue_quota(d, "analytics", 0).update(nominalQuota=5), True, "kueue-flavor-a10g-batch"),

@@ -12,7 +12,7 @@ import yaml
 from components import labels
 from fleet.catalog import OPENSHIFT_KUBERNETES
 from stacks.config import ConfigError, parse_stack_config
-from stacks.tenancy import borrowable, guarantees
+from stacks.tenancy import borrowable, ceilings, guarantees
 from tests.conftest import ROOT, config_values
 
 EXAMPLE = yaml.safe_load((ROOT / "examples" / "Pulumi.queue.yaml").read_text())["config"]
@@ -100,3 +100,18 @@ def test_cert_manager_is_a_setting_of_queue_mode_on_openshift_only(stack: str, t
     with pytest.raises(ConfigError) as caught:
         parse_stack_config(config_values(stack) | {"tenancy": tenancy})
     assert str(caught.value).startswith("gpu-platform:tenancy.certManager: applies to tenancy.mode queue on OpenShift")
+
+
+def test_each_tenants_ceiling_is_its_guarantee_and_what_it_may_borrow_of_every_kind() -> None:
+    """The queue example: what the API server holds each namespace to, 0 of a kind its queue does not draw on."""
+    config = parse_stack_config(example_values())
+    shares = guarantees(config)
+    kinds = ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.5gb"]
+    assert ceilings(config, shares, borrowable(config, shares), kinds) == {
+        # 2 shares of its own, 2 borrowed at most (its borrowing limit)
+        "search-ranking": {"nvidia.com/gpu": 0, "nvidia.com/gpu.shared": 4, "nvidia.com/mig-1g.5gb": 0},
+        # 4 GPUs and 28 slices of its own, and all analytics may lend of each
+        "llm-training": {"nvidia.com/gpu": 8, "nvidia.com/gpu.shared": 0, "nvidia.com/mig-1g.5gb": 56},
+        # 4 GPUs, 2 shares, 28 slices, and what llm-training lends (2 of each) and search-ranking's 2 shares
+        "analytics": {"nvidia.com/gpu": 6, "nvidia.com/gpu.shared": 4, "nvidia.com/mig-1g.5gb": 30},
+    }
