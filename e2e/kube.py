@@ -135,3 +135,13 @@ def wait_for(probe: Callable[[], T | None], what: str, timeout: float = 60, inte
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not after {timeout:.0f} s")
         time.sleep(interval)
+
+
+def stays(probe: Callable[[], bool], seconds: float, interval: float = 1.0) -> bool:
+    """Whether `probe` holds at every look for `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not probe():
+            return False
+        time.sleep(interval)
+    return True

@@ -114,6 +114,11 @@ def test_the_gate_waits_until_every_tenant_policy_refuses_and_its_account_create
                          "containers": [{"name": "c", "image": image, "securityContext": {
                              "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}]}}
         assert "exceeded quota" in refusal(lambda: as_gate.create(body))
+        # ... a Secret too (it may create Secrets for its token probe): the quota holds every kind it may create at 0.
+        secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "real", "namespace": PROBE_NAMESPACE},
+                  "stringData": {"stash": "anything"}}
+        assert "exceeded quota" in refusal(lambda: as_gate.create(secret))
+        assert not as_gate.can("create", "configmaps", PROBE_NAMESPACE)
         assert not as_gate.can("get", "pods", PROBE_NAMESPACE)
         assert not as_gate.can("create", "pods", "default")
         as_gate.close()

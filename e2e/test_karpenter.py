@@ -23,10 +23,11 @@ import yaml
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from components import labels
+from components.admission import SPREAD_RULES
 from e2e import karpenter, kueue
 from e2e.cluster import KWOK_STAGES, ControlPlane
 from e2e.conftest import Applied, apply_stack, object_key, prepare_cluster
-from e2e.kube import Kube, wait_for
+from e2e.kube import Kube, refusal, stays, wait_for
 from e2e.stack import Stack
 from e2e.test_kueue import condition, gpu_job, settles_at, submit, workload
 from e2e.test_tenants import container, in_namespace, pod
@@ -165,16 +166,6 @@ def pod_events(cluster: Karpentered, namespace: str, name: str) -> list[str]:
             if event["involvedObject"].get("name") == name]
 
 
-def stays(probe: Callable[[], bool], seconds: float, interval: float = 1.0) -> bool:
-    """Whether `probe` holds at every look for `seconds`."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not probe():
-            return False
-        time.sleep(interval)
-    return True
-
-
 def gpu_pod(cluster: Karpentered, name: str, pool: str, gpus: int) -> dict[str, Any]:
     """A tenant's pod asking `gpus` whole GPUs of `pool`, as its users write it: the pool's selector, the GPU
     toleration, and the pool's dedicated taint tolerated where the pool has one."""
@@ -260,26 +251,41 @@ def test_a_pod_without_gpus_never_gets_a_gpu_node(cluster: Karpentered) -> None:
     assert any(GPU in m for m in messages), messages
 
 
-def test_the_nodepools_limits_stop_scale_up(cluster: Karpentered) -> None:
-    """a10g-training may grow to 4 nodes (limits: nodes 4, nvidia.com/gpu 16). llm-training spreads 5 one-GPU
-    replicas one a node (within its quota of 8): Karpenter launches 4 nodes, the fifth replica stays pending, and
-    Karpenter says the pool's limits are why. (The quotas of the example add up to the pool's GPU limit, so whole
-    nodes of GPUs cannot pass it; spreading can.)"""
-    pool, replicas = "a10g-training", 5
-    limits = cluster.nodepool(pool)["spec"]["limits"]
-    assert limits == {"nodes": "4", GPU: "16"}
-    cluster.tenant("llm-training").create(service(cluster, "llm-training", "spread", pool, replicas=replicas, gpus=1,
-                                                  spread=True))
-    wait_for(lambda: len(serving_on(cluster, "llm-training", "spread")) == 4, "4 replicas running", SETTLE_SECONDS)
-    assert stays(lambda: len(serving_on(cluster, "llm-training", "spread")) == 4 and len(cluster.pool_nodes(pool)) == 4,
+def test_a_tenant_cannot_spread_gpu_pods_to_make_karpenter_launch_the_pools_limit(cluster: Karpentered) -> None:
+    """The attack: llm-training spreads 5 one-GPU replicas one a node (required pod anti-affinity on the hostname),
+    within its quota of 8, so that Karpenter launches a10g-training's 4 nodes for 4 GPUs and another tenant's 4-GPU
+    job finds no node. Its pods are refused by the tenant pod policy (the Deployment's ReplicaSet reports each
+    refusal), a bare pod spread by topology is refused too, and Karpenter launches nothing for them."""
+    tenant = cluster.tenant("llm-training")
+    tenant.create(service(cluster, "llm-training", "spread", "a10g-training", replicas=5, gpus=1, spread=True))
+    [anti_affinity, topology] = [text for rule, text in SPREAD_RULES]
+    wait_for(lambda: [event for event in cluster.admin.list("v1", "Event", "llm-training")
+                      if event["reason"] == "FailedCreate" and anti_affinity in event.get("message", "")],
+             "the spread replicas refused", SETTLE_SECONDS)
+    spread = gpu_pod(cluster, "spread-by-zone", "a10g-training", 1)
+    spread["spec"]["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                                    "whenUnsatisfiable": "ScheduleAnyway",
+                                                    "labelSelector": {"matchLabels": {"app": "spread"}}}]
+    assert topology in refusal(lambda: tenant.create(in_namespace(spread, "llm-training")))
+    assert stays(lambda: not cluster.admin.list("v1", "Pod", "llm-training") and not cluster.admin.list(*NODECLAIM),
                  QUIET_SECONDS)
-    resources = cluster.nodepool(pool)["status"]["resources"]
-    assert resources["nodes"] == "4"
-    # Stand-in capacity: each node counts the one GPU its pod asked (on EC2 each counts its 4, reaching 16 too).
-    assert resources[GPU] == "4"
-    [pending] = [found["metadata"]["name"] for found in cluster.admin.list("v1", "Pod", "llm-training")
-                 if found["status"].get("phase") == "Pending"]
-    messages = wait_for(lambda: [m for m in pod_events(cluster, "llm-training", pending) if "limit" in m],
+
+
+def test_the_nodepools_limits_stop_scale_up(cluster: Karpentered) -> None:
+    """a10g-training may grow to 4 nodes (limits: nodes 4, nvidia.com/gpu 16). Three tenants run four 3-GPU jobs
+    within their quotas, no two of which fit one node: Karpenter launches 4 nodes; llm-training's 2-GPU job then
+    needs a fifth, stays pending, and Karpenter says the pool's limits are why."""
+    pool = "a10g-training"
+    assert cluster.nodepool(pool)["spec"]["limits"] == {"nodes": "4", GPU: "16"}
+    for tenant, name in (("llm-training", "big-0"), ("llm-training", "big-1"), ("analytics", "big-2"),
+                         ("search-ranking", "big-3")):
+        cluster.tenant(tenant).create(in_namespace(gpu_pod(cluster, name, pool, 3), tenant))
+    wait_for(lambda: len(cluster.pool_nodes(pool)) == 4, "4 nodes launched", SETTLE_SECONDS)
+    cluster.tenant("llm-training").create(in_namespace(gpu_pod(cluster, "small", pool, 2), "llm-training"))
+    assert stays(lambda: len(cluster.pool_nodes(pool)) == 4 and cluster.admin.get(
+        "v1", "Pod", "small", "llm-training")["status"].get("phase") == "Pending", QUIET_SECONDS)
+    assert cluster.nodepool(pool)["status"]["resources"]["nodes"] == "4"
+    messages = wait_for(lambda: [m for m in pod_events(cluster, "llm-training", "small") if "limit" in m],
                         "Karpenter's limit event", SETTLE_SECONDS)
     assert any(pool in m for m in messages), messages
 

@@ -25,15 +25,16 @@ import yaml
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from components import labels
-from components.admission import VALIDATIONS
-from components.kueue import QUEUE_VALIDATIONS
+from components.admission import CORDON_RULES, VALIDATIONS
+from components.kueue import JOB_POD_LABELS, JOB_TRACKING_FINALIZER, ORPHANING_DELETE, QUEUE_VALIDATIONS
 from e2e import kueue
 from e2e.cluster import KWOK_STAGES, ControlPlane
 from e2e.conftest import Applied, apply_stack, object_key, prepare_cluster
-from e2e.kube import Kube, refusal, wait_for
+from e2e.kube import Kube, refusal, stays, wait_for
 from e2e.stack import Stack
 from e2e.test_tenants import RESTRICTED_POD, container
 from stacks.config import parse_stack_config
+from stacks.tenancy import borrowable, guarantees
 from tests.conftest import ROOT, render_stack
 
 GPU = labels.GPU_RESOURCE
@@ -403,3 +404,125 @@ def test_a_job_whose_pods_never_start_gives_its_gpus_back(cluster: Applied) -> N
                        "analytics/never evicted", timeout=kueue.PODS_READY_SECONDS + SETTLE_SECONDS)
     assert evicted["reason"] == "PodsReadyTimeout"
     assert settles_at(cluster, "analytics", {"total": 0, "borrowed": 0})
+
+
+# --- a tenant trying to run GPUs Kueue does not count --------------------------------------------------------------
+
+QUIET_SECONDS = 20  # how long a job that must not start is watched
+
+
+def ceiling(applied: Applied, tenant: str) -> dict[str, int]:
+    """The hard limits of the tenant's GPU quota, as the API server enforces them (its status)."""
+    quota = applied.admin.get("v1", "ResourceQuota", "gpu-quota", tenant)
+    return {key.removeprefix("requests."): int(value) for key, value in quota["status"]["hard"].items()}
+
+
+def test_every_tenant_is_capped_by_the_api_server_at_what_it_may_ever_hold(cluster: Applied) -> None:
+    """Its guarantee plus what it may borrow, of every kind the fleet advertises; 0 of a kind it was not given."""
+    config = cluster.stack.config
+    kinds = {GPU, *(kind for pool in config.node_pools for kind in pool.advertised_per_node)}
+    shares = guarantees(config)
+    lendable = borrowable(config, shares)
+    for tenant in cluster.stack.tenants():
+        expected = {kind: sum(pool.get(kind, 0) for pool in shares[tenant.name].values())
+                    + lendable[tenant.name].get(kind, 0) for kind in kinds}
+        assert ceiling(cluster, tenant.name) == expected, tenant.name
+    assert ceiling(cluster, "search-ranking")[GPU] == 0 and ceiling(cluster, "search-ranking")[MIG] == 0
+
+
+@pytest.mark.parametrize("tenant, name, gpus, resource, pool", [
+    ("search-ranking", "whole", 4, GPU, POOL),  # given shares only
+    ("search-ranking", "slices", 28, MIG, MIG_POOL),
+    ("llm-training", "shares", 1, SHARED, SHARED_POOL),  # given whole GPUs and MIG slices, not shares
+])
+def test_a_tenant_runs_no_kind_it_was_not_given(cluster: Applied, tenant: str, name: str, gpus: int, resource: str,
+                                                 pool: str) -> None:
+    """Kueue skips what a ClusterQueue does not cover (IgnoreUndeclared): every queue covers every kind, at 0 where
+    not given, so the job waits and no pod of it runs."""
+    submit(cluster, tenant, gpu_job(name, gpus, resource=resource, pool=pool))
+    wait_for(lambda: workload(cluster, tenant, name), f"{tenant}/{name} queued", timeout=SETTLE_SECONDS)
+    assert stays(lambda: not condition(workload(cluster, tenant, name), "QuotaReserved")
+                 and not job_pods(cluster, tenant, name), QUIET_SECONDS)
+
+
+def test_a_job_cannot_be_made_another_jobs_child_by_an_update(cluster: Applied) -> None:
+    """Created with a plain owner reference to an admitted Job, then updated to make that Job its controller: Kueue
+    would take it for the Job's child and leave it running when preempted. The update is refused."""
+    submit(cluster, "analytics", gpu_job("parent", 1))
+    admitted(cluster, "analytics", "parent")
+    parent = cluster.admin.get("batch/v1", "Job", "parent", "analytics")
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "parent", "uid": parent["metadata"]["uid"]}
+    child = gpu_job("child", 1)
+    child["metadata"]["ownerReferences"] = [{**owner, "controller": False}]
+    submit(cluster, "analytics", child)
+    admitted(cluster, "analytics", "child")
+    text = refusal(lambda: patch_job(cluster, "analytics", "child",
+                                     {"metadata": {"ownerReferences": [{**owner, "controller": True}]}}))
+    assert rule("variables.owners == variables.oldOwners") in text
+    assert settles_at(cluster, "analytics", {"total": 2, "borrowed": 0})
+
+
+@pytest.mark.parametrize("propagation", ["Orphan", None])
+def test_a_queued_job_is_not_deleted_from_under_its_running_pods(cluster: Applied, propagation: str | None) -> None:
+    """`kubectl delete job --cascade=orphan`, or a client's delete without options (batch/v1 orphans by default):
+    Kueue would free the quota while the pods run on. Refused; deleted with its pods, the quota is freed."""
+    submit(cluster, "analytics", gpu_job("own", 4))
+    admitted(cluster, "analytics", "own")
+    jobs = tenant_client(cluster, "analytics").resource("batch/v1", "Job")
+    options = {"propagation_policy": propagation} if propagation else {}
+    text = refusal(lambda: jobs.delete(name="own", namespace="analytics", **options))
+    assert ORPHANING_DELETE[1] in text
+    assert len(job_pods(cluster, "analytics", "own")) == 1
+    assert settles_at(cluster, "analytics", {"total": 4, "borrowed": 0})
+    jobs.delete(name="own", namespace="analytics", propagation_policy="Background")
+    wait_for(lambda: not job_pods(cluster, "analytics", "own"), "analytics/own's pods gone", timeout=SETTLE_SECONDS)
+    assert settles_at(cluster, "analytics", {"total": 0, "borrowed": 0})
+
+
+@pytest.mark.parametrize("what, patch, part", [
+    ("its owner reference", {"metadata": {"ownerReferences": None}}, "variables.owners == variables.oldOwners"),
+    ("the labels its Job selects it by", {"metadata": {"labels": {label: None for label in JOB_POD_LABELS}}},
+     "variables.guardedLabels"),
+    ("the Job controller's finalizer", {"metadata": {"finalizers": None}}, JOB_TRACKING_FINALIZER),
+])
+def test_a_running_pod_cannot_be_detached_from_its_job(cluster: Applied, what: str, patch: dict[str, Any],
+                                                       part: str) -> None:
+    """Detached, the pod would keep its GPUs while its Job starts another that Kueue does not count."""
+    submit(cluster, "analytics", gpu_job("held", 2))
+    admitted(cluster, "analytics", "held")
+    [held] = job_pods(cluster, "analytics", "held")
+    pods = tenant_client(cluster, "analytics").resource("v1", "Pod")
+    text = refusal(lambda: pods.patch(body=patch, name=held["metadata"]["name"], namespace="analytics",
+                                      content_type="application/merge-patch+json"))
+    assert rule(part) in text, what
+    assert stays(lambda: len(job_pods(cluster, "analytics", "held")) == 1, QUIET_SECONDS / 2)
+    assert settles_at(cluster, "analytics", {"total": 2, "borrowed": 0})
+
+
+@pytest.mark.parametrize("what, change, part", [
+    ("a prebuilt workload's name", {"labels": {"kueue.x-k8s.io/prebuilt-workload-name": "other"}},
+     "variables.notes.all"),
+    ("an elastic job", {"annotations": {"kueue.x-k8s.io/elastic-job": "true"}}, "variables.notes.all"),
+    ("another manager", {"spec": {"managedBy": "example.com/mine"}}, "object.spec.managedBy"),
+    ("a selector of its own", {"spec": {"manualSelector": True, "selector": {"matchLabels": {"app": "x"}}},
+                               "template": {"app": "x"}}, "object.spec.manualSelector"),
+    ("a long grace period", {"template_spec": {"terminationGracePeriodSeconds": 3600}},
+     "terminationGracePeriodSeconds"),
+    ("a toleration of a cordon", {"template_spec": {"tolerations": [
+        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}]}},
+     "node.kubernetes.io/unschedulable"),
+])
+def test_a_job_carries_nothing_kueue_would_trust_to_count_less(cluster: Applied, what: str, change: dict[str, Any],
+                                                               part: str) -> None:
+    """What Kueue v0.19.2 and the Job controller read from a Job besides its queue and priority, each refused."""
+    job = gpu_job("tricky", 1)
+    job["metadata"]["labels"].update(change.get("labels", {}))
+    job["metadata"]["annotations"] = change.get("annotations", {})
+    job["spec"].update(change.get("spec", {}))
+    job["spec"]["template"]["spec"].update(change.get("template_spec", {}))
+    if "template" in change:
+        job["spec"]["template"]["metadata"] = {"labels": change["template"]}
+    text = refusal(lambda: submit(cluster, "analytics", job))
+    messages = [message for expression, message in (*QUEUE_VALIDATIONS, *CORDON_RULES) if part in expression]
+    assert any(message in text for message in messages), (what, text)
+    assert workload(cluster, "analytics", "tricky") is None

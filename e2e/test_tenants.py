@@ -16,12 +16,13 @@ from kubernetes.client import CoreV1Api
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from components import labels
-from components.admission import GUARD_VALIDATIONS, VALIDATIONS
+from components.admission import CORDON_RULES, GUARD_VALIDATIONS, UNSCHEDULABLE_TAINT, VALIDATIONS
 from components.tenant_network import DEFAULT_NETWORK_ANNOTATION, NETWORKS_ANNOTATION
 from components.tenant_network import VALIDATIONS as NETWORK_VALIDATIONS
 from components.tenant_objects import SECRET_VALIDATIONS, SERVICE_VALIDATIONS, TOKEN_SECRET
 from e2e.conftest import Applied
-from e2e.kube import Kube, refusal, wait_for
+from e2e.kube import Kube, refusal, stays, wait_for
+from stacks.tenancy import node_shares
 
 GPU = labels.GPU_RESOURCE
 SHARED_GPU, MIG_PREFIX = "nvidia.com/gpu.shared", "nvidia.com/mig-"
@@ -529,3 +530,58 @@ def test_a_tenant_pod_runs_restricted(cluster: Applied, name: str, change: Any) 
     as_tenant(cluster, tenant).create(in_namespace(pod("train", gpus=1, resource=resource,
                                                        pool=cluster.stack.pool_selector(pool.name)), tenant.name))
     assert running(cluster.admin, "train", tenant.name)["spec"]["nodeName"] in gpu_nodes(cluster, pool.name)
+
+
+@pytest.mark.parametrize("name, toleration", [
+    ("a cordon", {"key": UNSCHEDULABLE_TAINT, "operator": "Exists", "effect": "NoSchedule"}),
+    ("every taint", {"operator": "Exists"}),
+])
+def test_a_gpu_pod_may_not_tolerate_a_cordon(cluster: Applied, name: str, toleration: dict) -> None:
+    """A cordon (every drain and re-cut starts with one) is a taint: a GPU pod tolerating it, or every taint, would
+    be placed on a node being emptied."""
+    tenant, pool, resource = given(cluster.stack, "whole")
+    body = pod("stays-on", gpus=1, resource=resource, pool=cluster.stack.pool_selector(pool.name))
+    body["spec"]["tolerations"].append(toleration)
+    text = refusal(lambda: as_tenant(cluster, tenant).create(in_namespace(body, tenant.name)))
+    assert any(text_of in text for _, text_of in CORDON_RULES), name
+
+
+def test_a_cordoned_gpu_node_takes_no_new_tenant_pod(cluster: Applied) -> None:
+    """Every node of a pool cordoned: a tenant's GPU pod for that pool waits; uncordoned, it runs."""
+    tenant, pool, resource = given(cluster.stack, "whole")
+    nodes = sorted(gpu_nodes(cluster, pool.name))
+    nodes_api = cluster.admin.resource("v1", "Node")
+    for node in nodes:
+        nodes_api.patch(body={"spec": {"unschedulable": True}}, name=node,
+                        content_type="application/merge-patch+json")
+    try:
+        as_tenant(cluster, tenant).create(in_namespace(
+            pod("waits", gpus=1, resource=resource, pool=cluster.stack.pool_selector(pool.name)), tenant.name))
+        assert stays(lambda: not cluster.admin.get("v1", "Pod", "waits", tenant.name)["spec"].get("nodeName"),
+                     SETTLE_SECONDS / 4)
+    finally:
+        for node in nodes:
+            nodes_api.patch(body={"spec": {"unschedulable": False}}, name=node,
+                            content_type="application/merge-patch+json")
+    assert running(cluster.admin, "waits", tenant.name)["spec"]["nodeName"] in nodes
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_gpu_pod_asks_for_no_more_than_its_share_of_the_node(cluster: Applied, kind: str) -> None:
+    """One share (or slice, or GPU) and most of the node's CPU, or memory, would strand the node's other units, which
+    other tenants were given: refused above the unit's share; at it, the pod runs."""
+    tenant, pool, resource = given(cluster.stack, kind)
+    if pool.bring_your_own is not None:
+        pytest.skip("a bring-your-own pool declares no node shape, so no share of one is set")
+    cpu, memory = node_shares(cluster.stack.config)[resource]
+    user = as_tenant(cluster, tenant)
+    selector = cluster.stack.pool_selector(pool.name)
+    for name, asked in (("cpu", {"cpu": f"{cpu + 1}m"}), ("memory", {"memory": f"{memory + 1}Mi"})):
+        greedy = pod(f"greedy-{name}", gpus=1, resource=resource, pool=selector)
+        greedy["spec"]["containers"][0]["resources"]["requests"] = {resource: "1", **asked}
+        text = refusal(lambda: user.create(in_namespace(greedy, tenant.name)))
+        assert f"share of a node's {name}" in text
+    fair = pod("fair", gpus=1, resource=resource, pool=selector)
+    fair["spec"]["containers"][0]["resources"]["requests"] = {resource: "1", "cpu": f"{cpu}m", "memory": f"{memory}Mi"}
+    user.create(in_namespace(fair, tenant.name))
+    assert running(cluster.admin, "fair", tenant.name)["spec"]["nodeName"] in gpu_nodes(cluster, pool.name)
