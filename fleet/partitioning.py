@@ -54,11 +54,11 @@ COMPUTE_SLICES, MEMORY_SLICES = 7, 8
 CUSTOM_LAYOUT_PREFIX = "custom-"  # a pool's own layout is named custom-<pool>-<digest of its devices>
 _PROFILE = re.compile(r"([1-7])g\.([0-9]+)gb(\+me)?")
 # Where a GPU instance may start, by its (compute slices, memory slices): the memory slices it may start at, each
-# taking that many of the 8. As an H100 and an H200 report them (nvidia-smi mig -lgipp, NVML
-# nvmlDeviceGetGpuInstancePossiblePlacements_v2; /work/shared/notes/gpu-readings.md, "MIG GPU instance profiles"),
-# and as NVIDIA's MIG user guide lists them for the A100 ("A100 MIG profiles" and its `nvidia-smi mig -lgipp`
-# example: 1g.5gb at 0-6, 1g.10gb at 0/2/4/6, 2g.10gb at 0/2/4, 3g.20gb at 0/4, 4g.20gb and 7g.40gb at 0): the same
-# slots on every GPU of the catalog, whatever each slice's size in GB.
+# taking that many of the 8 (an instance is created only where it overlaps no other: NVML
+# nvmlDeviceGetGpuInstancePossiblePlacements_v2). As an H100 and an H200 report them (../shared/notes/gpu-readings.md,
+# "MIG GPU instance profiles"). The A100s are given the same slots: NVIDIA's MIG user guide ("Supported MIG
+# Profiles") gives their profiles the same fractions of memory (1/8, 2/8, 4/8, all) under the same names scaled by
+# memory, but no A100 was read here; a layout the A100's placements cannot hold still ends `failed` in the MIG manager.
 PLACEMENTS: dict[tuple[int, int], tuple[int, ...]] = {
     (1, 1): (0, 1, 2, 3, 4, 5, 6), (1, 2): (0, 2, 4, 6), (2, 2): (0, 2, 4), (3, 4): (0, 4), (4, 4): (0,), (7, 8): (0,),
 }
