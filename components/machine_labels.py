@@ -50,6 +50,11 @@ do
   node=$(oc get "$machine" -n "$NAMESPACE" -o jsonpath='{.status.nodeRef.name}')
   current=""
   if [ -n "$node" ]; then current=$(oc get node "$node" -o jsonpath='{.metadata.labels.nvidia\\.com/mig\\.config}'); fi
+  if [ -n "$node" ] && [ -n "$LAYOUT" ] && [ "$(state "$node")" = "$LAYOUT/failed" ]; then
+    echo "node $node: carries $LAYOUT but the MIG manager reports failed (an earlier roll stopped here); fix it and" \
+         "uncordon it once it reports success, then run the roll again" >&2
+    exit 1
+  fi
   if [ -z "$node" ] || [ -z "$LAYOUT" ] || [ "$current" = "$LAYOUT" ]; then
     patch_machine "$machine"  # no node yet (it joins with the new labels), or its cut does not change
     if [ -n "$node" ]; then drop_stale_taint "$node"; fi

@@ -146,6 +146,16 @@ def test_a_node_the_mig_manager_fails_stops_the_roll_named_and_cordoned(cluster)
     assert state["nodes"]["n0"]["cordoned"] and state["nodes"]["n1"] == node("all-1g.10gb")
 
 
+def test_a_node_left_failed_by_an_earlier_roll_stops_the_next_one(cluster) -> None:
+    """Its label already names the layout, so the MIG manager would not try again: the roll must not pass it by."""
+    left = node("all-3g.40gb", gpu_pods=0, cordoned=True)
+    left["labels"]["nvidia.com/mig.config.state"] = "failed"
+    code, stderr, state, _ = cluster(fleet(left, node("all-1g.10gb")))
+
+    assert code == 1 and "node n0: carries all-3g.40gb but the MIG manager reports failed" in stderr
+    assert state["nodes"]["n1"] == node("all-1g.10gb")
+
+
 def test_a_dedication_removed_takes_the_taint_off_the_running_node(cluster) -> None:
     dedicated = fleet(node("all-3g.40gb", taints=["nvidia.com/gpu", "gpu-platform.io/dedicated"]))
     code, stderr, state, calls = cluster(dedicated)
