@@ -47,6 +47,7 @@ class ClusterPolicyStackArgs:
     service_monitor: bool = False
     service_monitor_labels: dict[str, str] = field(default_factory=dict)
     mig_config: str | None = None  # the stack's own mig-parted config (MigPartedConfig), where a pool needs one
+    mig_reboot: bool = False  # the MIG manager may reboot a node whose MIG mode needs it (cloud instances)
 
 
 class ClusterPolicyStack(pulumi.ComponentResource):
@@ -95,7 +96,14 @@ class ClusterPolicyStack(pulumi.ComponentResource):
             # the hardware, the shipped default-mig-parted-config its fallback: controllers/object_controls.go
             # TransformMigManager), unless a pool gives its own layout: then the stack's config, named here.
             "migManager": {"enabled": True, **images["migManager"], "config": {
-                "default": MIG_DISABLED, **({"name": args.mig_config} if args.mig_config else {})}},
+                "default": MIG_DISABLED, **({"name": args.mig_config} if args.mig_config else {})},
+                # On a cloud instance the GPU is passed through to the VM, which may not expose its reset: NVML then
+                # answers that changing MIG mode needs a VM reboot (nvmlDeviceSetMigMode, NVML_ERROR_RESET_REQUIRED),
+                # and without WITH_REBOOT the MIG manager goes on to the layout and ends `failed`; with it, it marks
+                # the node `rebooting` and reboots it once (mig-parted v0.15.0 cmd/nvidia-mig-manager/main.go
+                # --with-reboot, pkg/mig/reconfigure/reconfigure.go Run). NVIDIA's GPU Operator MIG guide asks for it
+                # in a CSP environment.
+                **({"env": [{"name": "WITH_REBOOT", "value": "true"}]} if args.mig_reboot else {})},
             # Mixed: each MIG profile under its own name (nvidia.com/mig-<profile>), whole GPUs as nvidia.com/gpu.
             "mig": {"strategy": "mixed"},
             "nodeStatusExporter": {"enabled": False},

@@ -42,6 +42,9 @@ DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 # "rebooting" before a reboot it asked for, then "success" or "failed" (setState).
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
+# GPU feature discovery's product label: the GPU's name with spaces as "-" (k8s-device-plugin v0.20.0
+# internal/lm/resource.go productLabel; ../shared/notes/gpu-readings.md, "GFD product label").
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 # Labels the platform puts on its own nodes and objects.
 POOL_LABEL = "gpu-platform.io/pool"

@@ -285,7 +285,7 @@ TO_SHARES = "a pool switched from whole GPUs to time-sliced shares"
 TO_MIG = "the pool switched from shares to MIG slices"
 # How each partitioning change of dev's A100 pool reaches its running nodes, as gpuctl's review says (its roll line).
 PARTITION_ROLLS = {TO_SHARES: "the device plugin and GPU feature discovery restart on every GPU node",
-                   TO_MIG: "a Job labels the pool's running machines"}
+                   TO_MIG: "a Job re-cuts the pool's running nodes one at a time"}
 OLD_ONPREM_DRIVER = "nvidia-driver-ubuntu22-04-5-15-0-125-generic"
 
 
@@ -375,7 +375,8 @@ def test_a_stack_lives_and_dies_under_the_engine_as_gpuctl_previews_it(lifecycle
             roll = next(pool["roll"] for pool in life.review["summary"]["pools"] if pool["name"] == "a100-training")
             assert PARTITION_ROLLS[what] in roll, (what, roll)
             destructive = [item["what"] for item in life.review["summary"]["destructive"]]
-            assert ("pool a100-training MIG layout none -> all-1g.5gb" in destructive) == (what == TO_MIG), destructive
+            assert ("pool a100-training MIG layout all-disabled -> all-1g.5gb" in destructive) == (what == TO_MIG), \
+                destructive
         if what == NODES_REBOOTED:
             deleted = [urn for urn, op in planned.items() if op == "delete"]
             assert [urn.rsplit("::", 1)[-1] for urn in deleted] == ["driver-ubuntu22-04-5-15-0-125-generic"]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,8 +51,24 @@ PCI_DEVICE_IDS = {"NVIDIA-A100-SXM4-40GB": "0x20B010DE", "NVIDIA-A100-SXM4-80GB"
 # A GPU has 7 compute slices and 8 memory slices; a profile `<c>g.<m>gb` takes c of the first and m GB's share of
 # the second (NVIDIA's MIG user guide, "Supported MIG profiles"); a `+me` profile takes the GPU's one media engine.
 COMPUTE_SLICES, MEMORY_SLICES = 7, 8
-CUSTOM_LAYOUT_PREFIX = "custom-"  # a pool's own layout is named custom-<pool>
+CUSTOM_LAYOUT_PREFIX = "custom-"  # a pool's own layout is named custom-<pool>-<digest of its devices>
 _PROFILE = re.compile(r"([1-7])g\.([0-9]+)gb(\+me)?")
+# Where a GPU instance may start, by its (compute slices, memory slices): the memory slices it may start at, each
+# taking that many of the 8 (an instance is created only where it overlaps no other: NVML
+# nvmlDeviceGetGpuInstancePossiblePlacements_v2). As an H100 and an H200 report them (../shared/notes/gpu-readings.md,
+# "MIG GPU instance profiles"). The A100s are given the same slots: NVIDIA's MIG user guide ("Supported MIG
+# Profiles") gives their profiles the same fractions of memory (1/8, 2/8, 4/8, all) under the same names scaled by
+# memory, but no A100 was read here; a layout the A100's placements cannot hold still ends `failed` in the MIG manager.
+PLACEMENTS: dict[tuple[int, int], tuple[int, ...]] = {
+    (1, 1): (0, 1, 2, 3, 4, 5, 6), (1, 2): (0, 2, 4, 6), (2, 2): (0, 2, 4), (3, 4): (0, 4), (4, 4): (0,), (7, 8): (0,),
+}
+
+
+def custom_layout_name(pool: str, devices: Mapping[str, int]) -> str:
+    """A pool's own layout's name: the pool and a digest of the MIG devices, so an edit is a new name (a new node label
+    the MIG manager acts on, a layout change the preview shows), never the same name over other contents."""
+    digest = hashlib.sha256(repr(sorted(devices.items())).encode()).hexdigest()[:8]
+    return f"{CUSTOM_LAYOUT_PREFIX}{pool}-{digest}"
 
 
 def mig_resource(profile: str) -> str:
@@ -76,7 +93,8 @@ def kind_of(resource: str) -> str:
 
 def custom_layout_problem(gpu_model: str, gpu_memory_gib: int, devices: Mapping[str, int]) -> str | None:
     """Why a custom layout (MIG devices per GPU) does not fit a GPU, or None: each profile one the GPU offers, at
-    most 7 compute and 8 memory slices together, at most one media-engine profile."""
+    most 7 compute and 8 memory slices together, at most one media-engine profile, and every instance at a placement
+    the GPU allows (PLACEMENTS) without overlapping another."""
     if not devices:
         return "names no MIG profile"
     offered = profiles_of(gpu_model)
@@ -84,15 +102,33 @@ def custom_layout_problem(gpu_model: str, gpu_memory_gib: int, devices: Mapping[
     if unknown:
         return f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a profile of {gpu_model}"
     compute = memory = engines = 0
+    shapes = []
     for profile, count in devices.items():
         slices, gigabytes, engine = _PROFILE.fullmatch(profile).groups()
-        compute += int(slices) * count
-        memory += round(int(gigabytes) * MEMORY_SLICES / gpu_memory_gib) * count
+        shape = (int(slices), round(int(gigabytes) * MEMORY_SLICES / gpu_memory_gib))
+        shapes += [shape] * count
+        compute += shape[0] * count
+        memory += shape[1] * count
         engines += count if engine else 0
     if compute > COMPUTE_SLICES or memory > MEMORY_SLICES or engines > 1:
         return (f"takes {compute} compute slices, {memory} memory slices and {engines} media engines of one GPU, "
                 f"which has {COMPUTE_SLICES}, {MEMORY_SLICES} and 1")
+    if not _placeable(sorted(shapes, reverse=True), frozenset()):
+        return ("fits the GPU's slices but not its placements (1g at memory slices 0-6, a 2-slice 1g at 0/2/4/6, 2g at "
+                "0/2/4, 3g at 0/4, 4g and 7g at 0, none overlapping)")
     return None
+
+
+def _placeable(shapes: list[tuple[int, int]], taken: frozenset[int]) -> bool:
+    """Whether GPU instances of these shapes can all be placed without overlap, at the starts PLACEMENTS allows."""
+    if not shapes:
+        return True
+    (compute, size), rest = shapes[0], shapes[1:]
+    for start in PLACEMENTS.get((compute, size), ()):
+        slots = frozenset(range(start, start + size))
+        if not slots & taken and _placeable(rest, taken | slots):
+            return True
+    return False
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import yaml
 
 from components import labels
 from components.labels import GPU_RESOURCE
+from fleet.partitioning import MIG_DISABLED
 from gpuctl.diff import NVIDIA_DRIVER, PROVIDER_REPLACED, PlanDiff, Step, object_name, refused_by_the_engine
 from gpuctl.upgrade import release_stages, served_by, shared
 
@@ -30,6 +31,18 @@ DRIFT = "drift"  # a Karpenter pool's roll method (components/placements/karpent
 # pkg/controllers/state/statenode.go ValidateNodeDisruptable), as the NodePool sets no terminationGracePeriod.
 DRIFT_EVICTS = ("running GPU jobs on a drifted node are evicted when Karpenter replaces it (a pod annotated "
                 "karpenter.sh/do-not-disrupt: \"true\" holds its node until it ends)")
+# A NodePool's requirements are outside the template's hash (sigs.k8s.io/karpenter v1.15.0 pkg/apis/v1/nodepool.go
+# and nodeclaim.go, `hash:"ignore"`): a node drifts on them only when its labels no longer satisfy them
+# (pkg/controllers/nodeclaim/disruption/drift.go areRequirementsDrifted).
+REQUIREMENTS = "spec.template.spec.requirements"
+# expireAfter is in the hash (a change drifts every node), and an expired NodeClaim is deleted by the expiration
+# controller directly, with no disruption budget and no do-not-disrupt check (pkg/controllers/nodeclaim/expiration/
+# controller.go Reconcile).
+EXPIRY_UNBUDGETED = ("whatever the disruption budget and do-not-disrupt annotations say (expiration is not a "
+                     "voluntary disruption): nodes launched together expire together, with their GPU jobs")
+UNDERUTILIZED = "WhenEmptyOrUnderutilized"
+CONSOLIDATION_EVICTS = ("Karpenter now also replaces or removes nodes that run pods but are under-used, evicting "
+                        "their GPU jobs to pack them onto fewer or cheaper nodes")
 NAMESPACE = "kubernetes:core/v1:Namespace"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
@@ -95,6 +108,7 @@ class PoolState:
     sharing: int | None = None  # pods per GPU under device-plugin time-slicing; 1 or None: whole GPUs
     partitioning: str | None = None  # how its GPUs are cut, in words (plans from before: None)
     kinds: dict[str, int] = field(default_factory=dict)  # what its nodes advertise together, per extended resource
+    dedicated_to: tuple[str, ...] = ()  # the tenants a dedicated pool is reserved for
 
     @property
     def advertised(self) -> int:
@@ -235,7 +249,8 @@ def pool_states(plan: dict[str, Any]) -> dict[str, PoolState]:
             image=pool.get("image"), min_nodes=pool.get("minNodes"), max_nodes=pool.get("maxNodes"),
             roll=dict(pool.get("roll") or {}), retired=bool(pool.get("retired")),
             profile=dict(pool.get("profile") or {}), sharing=pool.get("sharing", fleet_sharing),
-            partitioning=pool.get("partitioning"), kinds=dict(pool.get("advertised") or {}))
+            partitioning=pool.get("partitioning"), kinds=dict(pool.get("advertised") or {}),
+            dedicated_to=tuple(pool.get("dedicatedTo") or ()))
             for name, pool in sorted(outputs["pools"].items())}
     capacity = outputs.get("capacity") or {}
     states = {}
@@ -376,10 +391,49 @@ def _drift_phrase(before: PoolState, state: PoolState) -> tuple[str, int]:
 
 
 def _drifts(steps: list[Step]) -> bool:
-    """Whether a Karpenter pool's nodes drift: its EC2NodeClass's spec or its NodePool's template changes."""
+    """Whether every node of a Karpenter pool drifts: its EC2NodeClass's spec or its NodePool's template changes, but
+    for the requirements, which the template's hash ignores (REQUIREMENTS)."""
     return any((step.resource["type"] == EC2_NODE_CLASS and any(c.path.startswith("spec") for c in step.changes))
-               or (step.resource["type"] == NODE_POOL and any(c.path.startswith("spec.template")
-                                                              for c in step.changes)) for step in steps)
+               or (step.resource["type"] == NODE_POOL and any(
+                   c.path.startswith("spec.template") and not c.path.startswith(REQUIREMENTS) for c in step.changes))
+               for step in steps)
+
+
+def _narrowed(before: PoolState, after: PoolState) -> dict[str, list[str]]:
+    """What a Karpenter pool's requirements no longer allow, per label: the values taken out of an `In` list."""
+    old, new = before.roll.get("requirements") or {}, after.roll.get("requirements") or {}
+    return {key: sorted(set(values) - set(new.get(key, values))) for key, values in sorted(old.items())
+            if set(values) - set(new.get(key, values))}
+
+
+def _requirement_phrase(before: PoolState, after: PoolState) -> str | None:
+    """How a change of a Karpenter pool's requirements reaches its nodes: only those that no longer match drift."""
+    old, new = before.roll.get("requirements"), after.roll.get("requirements")
+    if old is None or new is None or old == new:
+        return None
+    narrowed = _narrowed(before, after)
+    which = ("; ".join(f"nodes with {key} {', '.join(values)}" for key, values in narrowed.items())
+             if narrowed else "none: nothing a running node matches is taken out")
+    return (f"requirements change: the template's hash leaves them out, so Karpenter replaces only the nodes that no "
+            f"longer satisfy them (RequirementsDrifted), within the disruption budget: {which}")
+
+
+def _expiry_phrase(before: PoolState, after: PoolState) -> str | None:
+    """A Karpenter pool's expireAfter changed: its nodes drift, and from then on each goes at that age."""
+    was, now = before.roll.get("expireAfter"), after.roll.get("expireAfter")
+    if was is None or now is None or was == now:
+        return None
+    then = (f"from then on Karpenter deletes each node when it is {now} old, {EXPIRY_UNBUDGETED}" if now != "Never"
+            else "and no node expires from then on")
+    return f"expireAfter {was} -> {now}: the drift replacement above gives every node the new expiry, {then}"
+
+
+def _consolidation_phrase(before: PoolState, after: PoolState) -> str | None:
+    was, now = before.roll.get("consolidationPolicy"), after.roll.get("consolidationPolicy")
+    if was == now or now != UNDERUTILIZED or was is None:
+        return None
+    return (f"consolidation {was} -> {now}: {CONSOLIDATION_EVICTS}, "
+            f"{after.roll.get('budget', '10%')} node(s) at a time (disruption budget)")
 
 
 def _removal(before: PoolState | None) -> str:
@@ -433,12 +487,37 @@ def _driver_roll(step: Step, state: PoolState) -> tuple[str, int | None]:
             f"{evicted} and the driver reloaded; pulumi up does not wait for it"), at_once * state.gpus_per_node
 
 
-MIG_EVICTS = ("every GPU pod of a node is evicted before its GPUs are re-partitioned (by NVIDIA's MIG manager, one node "
-              "at a time, or with the node's replacement)")
+# How a MIG layout change (set, edited or removed) reaches the running nodes of a pool, per placement: the roll line,
+# and what the destructive list says goes with it. NVIDIA's MIG manager drains nothing itself: a GPU instance with a
+# live process cannot be destroyed, so every GPU pod leaves a node before its layout changes.
+RECUTS = {
+    "instance-refresh": ("the nodes' layout label is in the launch template, so the instance refresh above replaces "
+                         "every node: each is drained by its drain hook before it terminates, and new nodes boot with "
+                         "the new layout",
+                         "each node is drained and replaced by the instance refresh"),
+    DRIFT: ("the nodes' layout label is in the NodePool's template, so the drift replacement above replaces every "
+            "node, and new nodes boot with the new layout",
+            "each node is drained and replaced by drift"),
+    "machineset": ("a Job re-cuts the pool's running nodes one at a time: it cordons the node, evicts its pods through "
+                   "the eviction API (PodDisruptionBudgets respected, up to {drain}s), labels its machine (the machine "
+                   "API copies the label to the node), waits up to {recut}s for "
+                   f"{labels.MIG_CONFIG_LABEL}.state=success, then uncordons it; a node that fails stops the roll, "
+                   "stays cordoned and is named in the Job's log (oc logs -n openshift-machine-api job/<MachineSet>-"
+                   "<digest>); pulumi up starts the roll and does not wait for it",
+                   "each node is drained (cordoned, its GPU pods evicted, PodDisruptionBudgets respected) before its "
+                   "GPUs are re-cut, one node at a time"),
+    "bring-your-own": ("you roll the pool's nodes, one at a time: cordon, drain, label "
+                       f"{labels.MIG_CONFIG_LABEL}={{layout}}, wait for {labels.MIG_CONFIG_LABEL}.state=success, "
+                       "uncordon (docs/partitioning.md, bring-your-own pools); the live node check refuses the next "
+                       "up until every node carries the label",
+                       "when you re-label a node, its GPU pods must be drained first: NVIDIA's MIG manager evicts "
+                       "nothing, and a GPU instance still in use makes the re-cut fail"),
+}
 
 
 def _layout(pool: PoolState) -> str:
-    return pool.partitioning.removeprefix("MIG ") if (pool.partitioning or "").startswith("MIG ") else "none"
+    """A pool's MIG layout, as its nodes' label names it: a pool without one is re-cut to MIG off."""
+    return pool.partitioning.removeprefix("MIG ") if (pool.partitioning or "").startswith("MIG ") else MIG_DISABLED
 
 
 def _mig_change(before: PoolState, after: PoolState) -> bool:
@@ -450,20 +529,79 @@ def _advertises(pool: PoolState) -> str:
     return ", ".join(f"{count} {kind}" for kind, count in pool.kinds.items()) or "nothing"
 
 
+def _replaces_for_sharing(before: PoolState, after: PoolState, method: str | None) -> bool:
+    """Whether a sharing change replaces the pool's nodes: whole GPUs <-> shares moves the accelerator label, which
+    whole-GPU pools' nodes boot with (GpuNodePoolArgs.node_labels), in the launch template or NodePool template."""
+    return method in ("instance-refresh", DRIFT) and (GPU_RESOURCE in before.kinds) != (GPU_RESOURCE in after.kinds)
+
+
 def _partition_roll(before: PoolState, after: PoolState, method: str | None) -> str:
     """How a change of a pool's partitioning reaches its running nodes."""
     change = f"{before.partitioning} -> {after.partitioning}"
     then = f"its nodes then advertise {_advertises(after)} (before: {_advertises(before)})"
+    if _replaces_for_sharing(before, after, method):
+        how = "instance refresh" if method == "instance-refresh" else "drift replacement"
+        return (f"{change}: the nodes' accelerator label (on whole-GPU pools only) is in the "
+                f"{'launch template' if method == 'instance-refresh' else 'NodePool template'}, so the {how} above "
+                f"replaces every node, each drained first: running GPU jobs go with their node; {then}")
     if not _mig_change(before, after):
         return (f"{change}: the device plugin and GPU feature discovery restart on every GPU node, one node at a time "
                 "(the operator rolls their DaemonSets for the new config); running pods keep their GPUs, and "
                 f"{then}")
-    how = {"instance-refresh": "the new nodes of the instance refresh boot with the new layout",
-           "machineset": "a Job labels the pool's running machines (the machine API copies the label to their "
-                         "nodes)",
-           "bring-your-own": f"label the pool's nodes {labels.MIG_CONFIG_LABEL}={_layout(after)} yourself "
-                             "(the live node check refuses the next up until you do)"}.get(method or "", "")
-    return f"{change}: {how}; {MIG_EVICTS}; {then}"
+    how = RECUTS.get(method or "", ("", ""))[0].format(layout=_layout(after), drain=after.roll.get(
+        "drainTimeoutSeconds"), recut=after.roll.get("recutTimeoutSeconds"))
+    return f"{change}: {how}; {then}"
+
+
+def _dedication_phrase(before: PoolState, after: PoolState, method: str | None) -> str | None:
+    """How a pool's dedication (its second taint) reaches its running nodes, where no replacement brings it."""
+    if set(before.dedicated_to) == set(after.dedicated_to) or method not in ("machineset", "bring-your-own"):
+        return None
+    was, now = ", ".join(before.dedicated_to) or "nobody", ", ".join(after.dedicated_to) or "nobody"
+    if method == "bring-your-own":
+        return (f"dedicated to {was} -> {now}: you taint (or untaint) the nodes; the live node check refuses the next "
+                "up until every node carries the pool's taints")
+    return (f"dedicated to {was} -> {now}: the template reaches new machines, and the Job sets the taints of the "
+            "running nodes (through their machines, and directly where a taint goes, as the machine API only adds "
+            "taints); pods already running keep running (NoSchedule evicts nothing)")
+
+
+def _recut_losses(pool: PoolChange) -> list[Destructive]:
+    """What a change of how a pool is cut, or who may use it, takes from the jobs on its running nodes."""
+    before, after = pool.before, pool.after
+    if before is None or after is None or before.partitioning is None or after.partitioning is None:
+        return []
+    method, name, nodes = after.roll.get("method"), pool.name, before.nodes
+    jobs = f"running GPU jobs on its {nodes} node{'s' if nodes != 1 else ''}"
+    items = []
+    if _mig_change(before, after) and not (method == DRIFT and pool.drifts):
+        items.append(Destructive(f"pool {name} MIG layout {_layout(before)} -> {_layout(after)}",
+                                 f"{jobs}: {RECUTS.get(method or '', ('', 'each node re-cut'))[1]}"))
+    elif _replaces_for_sharing(before, after, method) and method == "instance-refresh":
+        items.append(Destructive(f"pool {name} {before.partitioning} -> {after.partitioning}",
+                                 f"{jobs}: the instance refresh replaces every node (the accelerator label is in the "
+                                 "launch template), each drained first"))
+    if method == DRIFT and _consolidation_phrase(before, after) and nodes:
+        items.append(Destructive(f"pool {name} consolidation {before.roll.get('consolidationPolicy')} -> "
+                                 f"{UNDERUTILIZED}", f"{jobs}: {CONSOLIDATION_EVICTS}"))
+    if method == DRIFT and _expiry_phrase(before, after) and after.roll.get("expireAfter") != "Never":
+        items.append(Destructive(f"pool {name} expireAfter {before.roll.get('expireAfter')} -> "
+                                 f"{after.roll['expireAfter']}", f"running GPU jobs on each node that reaches that "
+                                 f"age: it is deleted, {EXPIRY_UNBUDGETED}"))
+    narrowed = _narrowed(before, after) if method == DRIFT else {}
+    if narrowed and nodes:
+        items.append(Destructive(f"pool {name} requirements narrowed", "running GPU jobs on its nodes with "
+                                 + "; ".join(f"{key} {', '.join(values)}" for key, values in narrowed.items())
+                                 + ": Karpenter replaces those nodes by drift, within the disruption budget"))
+    added = sorted(set(after.dedicated_to) - set(before.dedicated_to))
+    if not before.dedicated_to and after.dedicated_to and method in ("machineset", "bring-your-own") and nodes:
+        how = ("the Job taints each running node through its machine" if method == "machineset" else
+               "the live node check refuses the next up until you taint every node")
+        items.append(Destructive(f"pool {name} dedicated to {', '.join(added)}",
+                                 f"other tenants' use of its {nodes} running node{'s' if nodes != 1 else ''}: {how}; "
+                                 "their pods running there keep running (NoSchedule evicts nothing), but none starts "
+                                 "there again"))
+    return items
 
 
 def _pool_change(name: str, before: PoolState | None, after: PoolState | None, steps: list[Step],
@@ -487,6 +625,7 @@ def _pool_change(name: str, before: PoolState | None, after: PoolState | None, s
         if before.partitioning is not None and after.partitioning is not None \
                 and before.partitioning != after.partitioning:
             rolls.append(_partition_roll(before, after, method))
+        rolls.append(_dedication_phrase(before, after, method))
         return PoolChange(name, before, after, "; ".join(filter(None, [kernel, *rolls]))
                           or "no roll (nodes are not this stack's)")
     replaced = any(step.op == "replace" and step.resource["type"] == ASG for step in steps)
@@ -528,6 +667,11 @@ def _pool_change(name: str, before: PoolState | None, after: PoolState | None, s
     if before.partitioning is not None and after.partitioning is not None \
             and before.partitioning != after.partitioning:
         phrases.append(_partition_roll(before, after, method))
+    if method == DRIFT:
+        phrases += [_requirement_phrase(before, after), _expiry_phrase(before, after),
+                    _consolidation_phrase(before, after)]
+    phrases.append(_dedication_phrase(before, after, method))
+    phrases = [phrase for phrase in phrases if phrase]
     for step in drivers:
         phrase, out = _driver_roll(step, after)
         phrases.append(phrase)
@@ -716,11 +860,15 @@ def _destructive(diff: PlanDiff, pools: list[PoolChange], tenants: list[TenantCh
               if step.op == "delete" and step.resource["type"] == POOL}
     pool_items = {}
     for pool in pools:
+        items += _recut_losses(pool)
         if (pool.after or pool.before).roll.get("method") == "bring-your-own":
-            continue  # its nodes are not the stack's: nothing of theirs goes
+            continue  # its nodes are not the stack's: none of them goes
         if pool.after is None and pool.before is not None:
             pool_items[f"pool-{pool.name}"] = len(items)
-            items.append(Destructive(f"pool {pool.name}", f"{pool.before.nodes} nodes, {pool.before.gpus} GPUs "
+            # A Karpenter pool's GPUs are counted at its limit; what goes is what runs now.
+            gpus = pool.before.nodes * pool.before.gpus_per_node if pool.before.roll.get("method") == DRIFT \
+                else pool.before.gpus
+            items.append(Destructive(f"pool {pool.name}", f"{pool.before.nodes} nodes, {gpus} GPUs "
                                      f"({pool.before.instance_type})"))
         elif pool.before and pool.after and pool.after.max_nodes is not None and pool.before.max_nodes is not None \
                 and pool.after.max_nodes < pool.before.max_nodes \
@@ -734,10 +882,6 @@ def _destructive(diff: PlanDiff, pools: list[PoolChange], tenants: list[TenantCh
             items.append(Destructive(f"pool {pool.name} drift replacement",
                                      f"running GPU jobs on its {nodes} node{'s' if nodes != 1 else ''}: {DRIFT_EVICTS}, "
                                      f"{at_once} node{'s' if at_once != 1 else ''} at a time"))
-        elif pool.before and pool.after and _mig_change(pool.before, pool.after):
-            items.append(Destructive(f"pool {pool.name} MIG layout {_layout(pool.before)} -> {_layout(pool.after)}",
-                                     f"running GPU jobs on its {pool.after.nodes} node"
-                                     f"{'s' if pool.after.nodes != 1 else ''}: {MIG_EVICTS}"))
         elif pool.before and pool.after and pool.after.nodes < pool.before.nodes and pool.size_applied:
             items.append(Destructive(f"pool {pool.name} nodes", f"{pool.before.nodes - pool.after.nodes} nodes, "
                                      f"{pool.before.gpus - pool.after.gpus} GPUs"))

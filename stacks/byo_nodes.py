@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from kubernetes import client
 
 from components import labels
+from fleet.partitioning import MIG_DISABLED
 from stacks.config import PROJECT, ConfigError, DiscoveryConfig, NodePoolConfig
 from stacks.deadline import Deadline
 from stacks.discovery import ClusterRead, ask_cluster
@@ -71,6 +72,20 @@ def check_byo_nodes(pools: Sequence[NodePoolConfig], nodes: dict[str, list[LiveN
                 raise ByoNodesError(
                     f"{PROJECT}:nodePools: pool {pool.name!r} {why} but nodes {', '.join(unlabelled)} do not carry "
                     f"{key}={value}; label them: kubectl label nodes {' '.join(unlabelled)} --overwrite {key}={value}")
+        for key, allowed, fix, why in _stale_labels(pool):
+            stale = sorted(node.name for node in found if node.labels.get(key) not in (None, *allowed))
+            if stale:
+                raise ByoNodesError(
+                    f"{PROJECT}:nodePools: pool {pool.name!r} {why} but nodes {', '.join(stale)} carry "
+                    f"{key}={found_value(found, stale[0], key)}, so they advertise what the pool does not count; "
+                    f"relabel them: kubectl label nodes {' '.join(stale)} {fix}")
+        model = pool.instance.gpu_model
+        other = sorted(node.name for node in found if not _same_gpu(node.labels.get(labels.GPU_PRODUCT_LABEL), model))
+        if other:
+            raise ByoNodesError(
+                f"{PROJECT}:nodePools: pool {pool.name!r} declares {model} but nodes {', '.join(other)} report "
+                f"{labels.GPU_PRODUCT_LABEL}={found_value(found, other[0], labels.GPU_PRODUCT_LABEL)}; set "
+                "bringYourOwn.gpuModel to what they have, or select other nodes")
         if pool.dedicated_to:
             dedicated = f"{labels.DEDICATED_TAINT_KEY}={pool.name}:NoSchedule"
             open_nodes = sorted(node.name for node in found if dedicated not in node.taints)
@@ -97,6 +112,32 @@ def _required_labels(pool: NodePoolConfig) -> list[tuple[str, str, str]]:
         required.append((labels.MIG_CONFIG_LABEL, layout,
                          f"slices its GPUs by MIG layout {layout}, which the MIG manager applies by label,"))
     return required
+
+
+def _stale_labels(pool: NodePoolConfig) -> list[tuple[str, tuple[str, ...], str, str]]:
+    """(label, the values a node may carry besides none, the kubectl label argument that fixes it, why): a node of a
+    pool without a layout carries none or `all-disabled` (MIG off, which the MIG manager then applies); a node of a
+    pool without sharing selects no device-plugin config but its pool's own (whole GPUs)."""
+    stale = []
+    if not pool.partitioning.mig_layout:
+        stale.append((labels.MIG_CONFIG_LABEL, (MIG_DISABLED,), f"--overwrite {labels.MIG_CONFIG_LABEL}={MIG_DISABLED}",
+                      "has no MIG layout (whole GPUs or shares),"))
+    if not pool.time_slicing_replicas:
+        stale.append((labels.DEVICE_PLUGIN_CONFIG_LABEL, (pool.name,), f"{labels.DEVICE_PLUGIN_CONFIG_LABEL}-",
+                      "does not share its GPUs,"))
+    return stale
+
+
+def _same_gpu(product: str | None, model: str) -> bool:
+    """Whether GPU feature discovery's product label names the pool's GPU: none yet (GFD has not run), the model, or
+    the model with GFD's suffixes (k8s-device-plugin v0.20.0 internal/lm/resource.go getProductName: `-SHARED` for
+    a shared GPU not renamed; mig-strategy.go: `-MIG-...`)."""
+    return product is None or product == model or product.startswith(f"{model}-")
+
+
+def found_value(nodes: Sequence[LiveNode], name: str, key: str) -> str:
+    """A node's value of a label, for a message."""
+    return next(node.labels.get(key, "") for node in nodes if node.name == name)
 
 
 def selector(pool: NodePoolConfig) -> str:

@@ -20,7 +20,7 @@ from components import labels
 from fleet.catalog import (HUGEPAGE_SIZES_MIB, INSTANCE_TYPES, KUBERNETES_OSES, MAX_HUGEPAGES_SHARE, NODE_OSES,
                            OPENSHIFT_KUBERNETES, OPENSHIFT_RELEASES, InstanceType)
 from fleet import sysctls
-from fleet.partitioning import (CUSTOM_LAYOUT_PREFIX, SHARED_GPU, Partitioning, custom_layout_problem, kind_of,
+from fleet.partitioning import (SHARED_GPU, Partitioning, custom_layout_name, custom_layout_problem, kind_of,
                                 layouts_for, mig_resource, profiles_of)
 from fleet.cpusets import parse_cpuset
 from fleet.kernels import DriverRelease, KernelTarget
@@ -603,10 +603,10 @@ class NodePoolConfig(StrictModel):
 
     @property
     def partitioning(self) -> Partitioning:
-        """A custom MIG layout is named after the pool (the label its nodes carry, and its entry in the stack's own
-        mig-parted config)."""
+        """A custom MIG layout is named after the pool and its contents (the label its nodes carry, and its entry in
+        the stack's own mig-parted config): an edit is a new name, so it reaches the nodes as a layout change."""
         if isinstance(self.mig_layout, dict):
-            return Partitioning(mig_layout=f"{CUSTOM_LAYOUT_PREFIX}{self.name}",
+            return Partitioning(mig_layout=custom_layout_name(self.name, self.mig_layout),
                                 mig_devices=tuple(sorted(self.mig_layout.items())))
         return Partitioning(shares=self.time_slicing_replicas, mig_layout=self.mig_layout)
 

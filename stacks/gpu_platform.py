@@ -70,6 +70,8 @@ class GpuPlatform(pulumi.ComponentResource):
             flavor=flavor, images={**labels.OPERAND_IMAGES, **config.images.operands()},
             device_plugin_config=device_plugin.config, service_monitor=config.prometheus_operator,
             service_monitor_labels=dict(config.monitoring.rule_labels), mig_config=mig_config and mig_config.name,
+            # every placement but bring-your-own is an EC2 instance, its GPUs passed through to the VM
+            mig_reboot=any(pool.partitioning.mig_layout and pool.bring_your_own is None for pool in config.node_pools),
         ), pulumi.ResourceOptions(parent=self, depends_on=[operator.installed, device_plugin,
                                                            *([mig_config] if mig_config else [])]))
         pull_secret = self._pull_secret(config, namespace, operator.installed)

@@ -66,7 +66,17 @@ class KarpenterPlacement:
 
     def roll(self, pool: GpuNodePoolArgs) -> dict[str, object]:
         return {"method": DRIFT, "budget": self.budget, "consolidationPolicy": self.consolidation,
-                "expireAfter": self.expire_after, "limitNodes": pool.max_replicas}
+                "expireAfter": self.expire_after, "limitNodes": pool.max_replicas,
+                # what the preview compares: a node drifts on these only where it no longer satisfies them
+                "requirements": {term["key"]: term["values"] for term in self.requirements(pool)}}
+
+    def requirements(self, pool: GpuNodePoolArgs) -> list[dict[str, Any]]:
+        """The NodePool's requirements: the pool's instance type, capacity types and (when given) zones."""
+        return [
+            {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": [pool.instance_type]},
+            {"key": CAPACITY_TYPE_LABEL, "operator": "In", "values": list(self.capacity_types)},
+            *([{"key": ZONE_LABEL, "operator": "In", "values": list(self.zones)}] if self.zones else []),
+        ]
 
     def limits(self, pool: GpuNodePoolArgs) -> dict[str, str]:
         """The pool's ceiling: its maximum nodes, and what they advertise per kind (the capacity policy counts the
@@ -117,11 +127,7 @@ class KarpenterPlacement:
             },
             opts=opts,
         )
-        requirements = [
-            {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": [pool.instance_type]},
-            {"key": CAPACITY_TYPE_LABEL, "operator": "In", "values": list(self.capacity_types)},
-            *([{"key": ZONE_LABEL, "operator": "In", "values": list(self.zones)}] if self.zones else []),
-        ]
+        requirements = self.requirements(pool)
         k8s.apiextensions.CustomResource(
             name,
             api_version=NODE_POOL_API,

@@ -9,9 +9,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import labels
-from components.machine_labels import machine_labels
+from components.machine_labels import DRAIN_TIMEOUT_SECONDS, RECUT_TIMEOUT_SECONDS, machine_labels
 from components.manifests import metadata
 from components.placements.base import GpuNodePoolArgs
+from fleet.partitioning import MIG_DISABLED, layouts_for
 
 MACHINE_API_NAMESPACE = "openshift-machine-api"
 CAPACITY_LABELS = "capacity.cluster-autoscaler.kubernetes.io/labels"
@@ -43,11 +44,22 @@ class MachineSetPlacement:
         return {labels.POOL_LABEL: pool.name}
 
     def roll(self, pool: GpuNodePoolArgs) -> dict[str, object]:
-        return {"method": "machineset", "note": MACHINESET_ROLL}
+        return {"method": "machineset", "note": MACHINESET_ROLL, "drainTimeoutSeconds": DRAIN_TIMEOUT_SECONDS,
+                "recutTimeoutSeconds": RECUT_TIMEOUT_SECONDS}
+
+    @staticmethod
+    def partition_labels(pool: GpuNodePoolArgs) -> dict[str, str]:
+        """The pool's MIG layout label, and on MIG-capable GPUs without one `all-disabled`: the machine API never
+        removes a node label, so a layout that goes must be a label that says so."""
+        if pool.partition_labels or not layouts_for(pool.instance.gpu_model):
+            return pool.partition_labels
+        return {labels.MIG_CONFIG_LABEL: MIG_DISABLED}
 
     def provision(self, pool: GpuNodePoolArgs, name: str, node_labels: dict[str, str],
                   opts: pulumi.ResourceOptions) -> None:
         infra, zone, machine_set = self.infrastructure_id, self.zone, self.machine_set
+        partition = self.partition_labels(pool)
+        node_labels = {**node_labels, **partition}
         selector = {"machine.openshift.io/cluster-api-cluster": infra,
                     "machine.openshift.io/cluster-api-machineset": machine_set}
         instance = pool.instance
@@ -105,10 +117,11 @@ class MachineSetPlacement:
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
                 ignore_changes=[*(["spec.replicas"] if pool.autoscales else []), *CONTROLLER_ANNOTATIONS])),
         )
-        if pool.partition_labels:
-            # The MIG layout reaches the running machines too (the template only new ones): the MIG manager then
-            # re-partitions each node's GPUs.
-            machine_labels(f"{name}-partition-labels", machine_set, pool.partition_labels, self.cli_image,
+        if partition or pool.dedicated:
+            # The MIG layout and the dedicated taint reach the running machines too (the template only new ones):
+            # node by node, each drained before the MIG manager re-cuts it (components/machine_labels.py).
+            machine_labels(f"{name}-partition-labels", machine_set, partition, pool.taints,
+                           max(pool.max_replicas, pool.replicas), self.cli_image,
                            pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
                                depends_on=[machine_set_resource], protect=False)))
         if pool.max_replicas < 1:

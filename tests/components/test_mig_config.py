@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from fleet.partitioning import custom_layout_name
 from gpuctl.check import check_plan
 from tests.conftest import Plan, render_stack, stack_config
 
 CUSTOM = {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2}  # one A100 40GB: 7 compute slices, 8 memory slices
+LAYOUT = custom_layout_name("a100-training", CUSTOM)
 
 
 def with_custom_layout(vision_slices: dict[str, int]) -> Plan:
@@ -31,13 +33,12 @@ def test_the_pools_own_layout_is_in_the_config_the_cluster_policy_names(custom: 
     [config_map] = [c for c in custom.kind("ConfigMap") if c["metadata"]["name"].startswith("mig-parted-config-")]
     document = yaml.safe_load(config_map["data"]["config.yaml"])
     assert document["mig-configs"]["all-disabled"] == [{"devices": "all", "mig-enabled": False}]
-    assert document["mig-configs"]["custom-a100-training"] == [{
+    assert document["mig-configs"][LAYOUT] == [{
         "device-filter": ["0x20B010DE"], "devices": "all", "mig-enabled": True, "mig-devices": CUSTOM}]
     assert custom.manifest("ClusterPolicy", "cluster-policy")["spec"]["migManager"]["config"] == {
         "default": "all-disabled", "name": config_map["metadata"]["name"]}
     [machine_set] = [m for m in custom.kind("MachineSet") if "a100" in m["metadata"]["name"]]
-    assert machine_set["spec"]["template"]["spec"]["metadata"]["labels"]["nvidia.com/mig.config"] == \
-        "custom-a100-training"
+    assert machine_set["spec"]["template"]["spec"]["metadata"]["labels"]["nvidia.com/mig.config"] == LAYOUT
 
 
 def test_the_pools_advertise_and_the_policy_counts_the_custom_slices(custom: Plan) -> None:

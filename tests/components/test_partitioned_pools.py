@@ -111,3 +111,59 @@ def test_a_mig_layout_on_openshift_reaches_running_machines_through_a_job(render
                               "verbs": ["get", "list", "patch"]}]
     [machine_set] = [m for m in plan.kind("MachineSet") if "a100" in m["metadata"]["name"]]
     assert machine_set["spec"]["template"]["spec"]["metadata"]["labels"]["nvidia.com/mig.config"] == "all-3g.20gb"
+
+
+def test_the_mig_manager_may_reboot_cloud_nodes_but_not_brought_ones(partitioned_plan: Plan, render) -> None:
+    """A100s on EC2 are passed through to the VM: a MIG mode change may need a reboot there (WITH_REBOOT); a
+    bring-your-own stack's MIG manager never reboots its owner's machines."""
+    policy = partitioned_plan.manifest("ClusterPolicy", "cluster-policy")["spec"]["migManager"]
+    assert policy["env"] == [{"name": "WITH_REBOOT", "value": "true"}]
+    config = stack_config("onprem")
+    config["gpu-platform:nodePools"][0]["migLayout"] = "all-3g.40gb"
+    for tenant in config["gpu-platform:tenants"]:
+        tenant.pop("gpus", None)
+    config["gpu-platform:tenants"][0]["migSlices"] = {"3g.40gb": 32}
+    onprem = render("onprem", config).manifest("ClusterPolicy", "cluster-policy")["spec"]["migManager"]
+    assert "env" not in onprem
+
+
+def recut_job(plan: Plan) -> dict:
+    [job] = [j for j in plan.kind("Job") if j["metadata"]["namespace"] == "openshift-machine-api"]
+    return job
+
+
+def test_a_mig_capable_machine_set_pool_without_a_layout_re_cuts_to_all_disabled(dev_plan: Plan) -> None:
+    """The machine API never removes a node label: a layout that goes must be `all-disabled`, on the template and on
+    the running machines, or the nodes stay sliced while the stack counts whole GPUs."""
+    job = recut_job(dev_plan)
+    env = {item["name"]: item["value"] for item in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["LAYOUT"] == "all-disabled" and env["LABELS"] == '{"nvidia.com/mig.config":"all-disabled"}'
+    [machine_set] = [m for m in dev_plan.kind("MachineSet") if "a100" in m["metadata"]["name"]]
+    assert machine_set["spec"]["template"]["spec"]["metadata"]["labels"]["nvidia.com/mig.config"] == "all-disabled"
+    [t4] = [m for m in dev_plan.kind("MachineSet") if "t4" in m["metadata"]["name"]]
+    assert "nvidia.com/mig.config" not in t4["spec"]["template"]["spec"]["metadata"]["labels"]  # no MIG on a T4
+
+
+def test_the_re_cut_roll_may_drain_nodes_and_nothing_more(dev_plan: Plan) -> None:
+    job = recut_job(dev_plan)
+    assert job["metadata"]["annotations"][labels.SKIP_AWAIT] == "true"  # pulumi up starts it, as a refresh
+    assert job["spec"]["backoffLimit"] == 0  # a failed node is left for a person, not retried
+    # 2 nodes at most (maxReplicas), each drained in 600 s and re-cut in 900 s
+    assert job["spec"]["activeDeadlineSeconds"] == 2 * (600 + 900) + 120
+    [role] = [r for r in dev_plan.kind("ClusterRole") if r["metadata"]["name"] == job["spec"]["template"]["spec"][
+        "serviceAccountName"]]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+        {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"]}]
+
+
+def test_dedicating_a_machine_set_pool_taints_its_running_machines(render) -> None:
+    config = stack_config("dev")
+    config["gpu-platform:nodePools"][1]["dedicatedTo"] = ["vision"]
+    config["gpu-platform:tenants"][1]["gpus"] = 0
+    env = {item["name"]: item["value"] for item in recut_job(render("dev", config))["spec"]["template"]["spec"][
+        "containers"][0]["env"]}
+    assert '{"effect":"NoSchedule","key":"gpu-platform.io/dedicated","value":"a100-training"}' in env["TAINTS"]
+    assert env["DEDICATED"] == "a100-training"

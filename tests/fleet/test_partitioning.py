@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from fleet.catalog import INSTANCE_TYPES
-from fleet.partitioning import (GPU, MIG_LAYOUTS, SHARED_GPU, Partitioning, is_gpu_resource, kind_of, mig_resource,
-                                profiles_of)
+from fleet.partitioning import (COMPUTE_SLICES, GPU, MIG_LAYOUTS, SHARED_GPU, Partitioning, _placeable,
+                                custom_layout_problem, is_gpu_resource, kind_of, mig_resource, profiles_of)
 
 
 def test_whole_gpus_are_advertised_as_gpus() -> None:
@@ -59,3 +61,35 @@ def test_gpu_kinds_are_told_apart_from_other_resources() -> None:
     assert not any(map(is_gpu_resource, ["cpu", "vpc.amazonaws.com/efa", "nvidia.com/gpux"]))
     assert [kind_of(GPU), kind_of(SHARED_GPU), kind_of("nvidia.com/mig-3g.40gb")] == [
         "whole GPUs", "GPU shares", "MIG 3g.40gb"]
+
+
+MEMORY_GIB = {"NVIDIA-A100-SXM4-40GB": 40, "NVIDIA-A100-SXM4-80GB": 80, "NVIDIA-H100-80GB-HBM3": 80, "NVIDIA-H200": 141}
+
+
+@pytest.mark.parametrize("model", sorted(MIG_LAYOUTS))
+def test_every_layout_of_nvidias_table_fits_the_gpus_placements(model: str) -> None:
+    """all-balanced fits only with its 3g instance at memory slice 4 (at 0, the two 1g instances would need slice 7,
+    where none may start): the check searches the placements, it does not take the first that is free."""
+    for name, devices in MIG_LAYOUTS[model].items():
+        assert custom_layout_problem(model, MEMORY_GIB[model], devices) is None, name
+
+
+def test_instances_may_not_overlap_nor_start_where_the_gpu_forbids() -> None:
+    assert _placeable([(3, 4), (2, 2), (1, 1), (1, 1)], frozenset())  # 3g at 4, 2g at 0, 1g at 2 and 3
+    assert not _placeable([(1, 1)] * 8, frozenset())  # no 1g instance starts at memory slice 7
+    assert not _placeable([(2, 2)] * 4, frozenset())  # 2g starts at 0, 2 or 4 only
+    assert not _placeable([(4, 4), (4, 4)], frozenset())  # 4g starts at 0 only
+    assert not _placeable([(3, 4), (3, 4), (1, 1)], frozenset())
+
+
+@pytest.mark.parametrize("model", sorted(MIG_LAYOUTS))
+def test_with_these_placements_a_layout_within_the_slice_counts_always_fits(model: str) -> None:
+    """What the readings show: on these GPUs, every combination of profiles within 7 compute and 8 memory slices (and
+    one media engine) also has a placement, so the placement check refuses no layout the counts allowed. A GPU whose
+    placements differ (a new catalog entry) is checked exactly all the same."""
+    profiles = profiles_of(model)
+    most = [2 if profile.endswith("+me") else COMPUTE_SLICES // int(profile[0]) + 1 for profile in profiles]
+    for counts in itertools.product(*(range(bound) for bound in most)):
+        devices = {profile: count for profile, count in zip(profiles, counts) if count}
+        problem = custom_layout_problem(model, MEMORY_GIB[model], devices) if devices else None
+        assert problem is None or "placements" not in problem, devices

@@ -213,11 +213,12 @@ def test_a_mig_layout_change_is_destructive_for_the_pools_running_gpu_jobs():
         config["gpu-platform:tenants"][2]["migSlices"] = {"3g.40gb": 12}
     summary = repartitioned("partitioned", edit)
     [mig] = [p for p in summary.pools if p.name == "a100-mig"]
-    assert "MIG all-1g.10gb -> MIG all-3g.40gb: the new nodes of the instance refresh boot with the new layout" in \
-        mig.roll
+    assert ("MIG all-1g.10gb -> MIG all-3g.40gb: the nodes' layout label is in the launch template, so the instance "
+            "refresh above replaces every node") in mig.roll
     [loss] = summary.destructive
     assert loss.what == "pool a100-mig MIG layout all-1g.10gb -> all-3g.40gb"
-    assert loss.takes_away.startswith("running GPU jobs on its 1 node: every GPU pod of a node is evicted")
+    assert loss.takes_away == ("running GPU jobs on its 1 node: each node is drained and replaced by the instance "
+                               "refresh")
 
 
 def test_a_tenant_given_other_kinds_is_a_changed_tenant():

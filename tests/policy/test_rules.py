@@ -623,12 +623,13 @@ def test_registry_is_refused_unless_allowed(fresh: Callable[[str], Document]) ->
 
 
 def test_openshift_cli_registry_is_allowed_only_by_default(dev_plan: Plan) -> None:
-    """dev's install-plan approvers and admission gate run the OpenShift CLI image; a pack config without Red Hat's
-    registry refuses them."""
+    """dev's install-plan approvers, admission gate and the A100 pool's re-cut roll (MIG off, all-disabled) run the
+    OpenShift CLI image; a pack config without Red Hat's registry refuses them."""
     assert labels.OPENSHIFT_CLI_IMAGE.startswith("registry.redhat.io/")
     config = {"allowed-image-registries": {"allowedRegistries": ["nvcr.io", "registry.k8s.io"]}}
     refused = of(check_plan(dev_plan.document, config), "allowed-image-registries")
-    assert sorted(v.name for v in refused) == ["admission-gate-job", APPROVER, "nfd-operator-approve-install-plan"]
+    assert sorted(v.name for v in refused) == ["admission-gate-job", APPROVER, "nfd-operator-approve-install-plan",
+                                               "pool-a100-training-partition-labels-job"]
     assert all("registry.redhat.io" in v.message for v in refused)
 
 

@@ -48,6 +48,42 @@ def test_a_shared_pools_node_must_select_the_pools_device_plugin_config() -> Non
         check_byo_nodes(POOLS, nodes)
 
 
+def with_labels(base: LiveNode, **extra: str) -> LiveNode:
+    return LiveNode(base.name, {**base.labels, **extra}, base.taints)
+
+
+@pytest.mark.parametrize(("key", "value", "fix"), [
+    (labels.MIG_CONFIG_LABEL, "all-1g.10gb", "kubectl label nodes dgx-1 --overwrite nvidia.com/mig.config=all-disabled"),
+    (labels.DEVICE_PLUGIN_CONFIG_LABEL, "l40s-inference", "kubectl label nodes dgx-1 nvidia.com/device-plugin.config-"),
+])
+def test_a_whole_gpu_node_still_cut_or_shared_is_refused_with_the_command_that_clears_it(key: str, value: str,
+                                                                                        fix: str) -> None:
+    """A node left with a MIG layout or another pool's sharing advertises slices or shares while the stack counts
+    whole GPUs."""
+    nodes = as_declared()
+    nodes["dgx-a100"][1] = with_labels(nodes["dgx-a100"][1], **{key: value})
+    with pytest.raises(ByoNodesError) as refused:
+        check_byo_nodes(POOLS, nodes)
+    assert f"carry {key}={value}, so they advertise what the pool does not count; relabel them: {fix}" in \
+        str(refused.value)
+
+
+def test_mig_off_and_the_pools_own_config_are_whole_gpus() -> None:
+    nodes = as_declared()
+    nodes["dgx-a100"] = [with_labels(n, **{labels.MIG_CONFIG_LABEL: "all-disabled",
+                                           labels.DEVICE_PLUGIN_CONFIG_LABEL: "dgx-a100",
+                                           labels.GPU_PRODUCT_LABEL: "NVIDIA-A100-SXM4-80GB"}) for n in nodes["dgx-a100"]]
+    assert check_byo_nodes(POOLS, nodes) == []
+
+
+def test_a_node_of_another_gpu_is_refused() -> None:
+    nodes = as_declared()
+    nodes["dgx-a100"][0] = with_labels(nodes["dgx-a100"][0], **{labels.GPU_PRODUCT_LABEL: "NVIDIA-A100-SXM4-40GB"})
+    with pytest.raises(ByoNodesError, match=r"pool 'dgx-a100' declares NVIDIA-A100-SXM4-80GB but nodes dgx-0 report "
+                                            r"nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB; set bringYourOwn.gpuModel"):
+        check_byo_nodes(POOLS, nodes)
+
+
 def test_a_node_two_pools_select_is_refused() -> None:
     nodes = as_declared()
     nodes["l40s-inference"].append(nodes["dgx-a100"][0])

@@ -135,5 +135,9 @@ def test_a_custom_layout_is_named_after_its_pool_and_advertised_per_profile() ->
     values["tenants"][2]["migSlices"] = {"1g.10gb": 16}
     mig = parse_stack_config(values).node_pools[0]
 
-    assert mig.partitioning.mig_layout == "custom-a100-mig"
+    assert mig.partitioning.mig_layout.startswith("custom-a100-mig-")
+    pool(values, 0)["migLayout"] = {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 1}
+    edited = parse_stack_config(values).node_pools[0]
+    assert edited.partitioning.mig_layout.startswith("custom-a100-mig-")
+    assert edited.partitioning.mig_layout != mig.partitioning.mig_layout  # an edit is a new name: it reaches nodes
     assert mig.advertised == {"nvidia.com/mig-1g.10gb": 16, "nvidia.com/mig-2g.20gb": 8, "nvidia.com/mig-3g.40gb": 8}
