@@ -215,14 +215,16 @@ def test_a_branch_bump_on_precompiled_drivers_updates_every_driver(prod_base):
 
 def test_time_slicing_change_changes_the_pools_config_and_the_autoscalers_limit(dev_base):
     """The pool's config keeps its key, so its running nodes' label still selects it; the ConfigMap's name follows
-    its contents, so the ClusterPolicy names the new one and the operator rolls the device plugin. No MachineSet
-    change, and no autoscaler limit moves: shares are not GPUs to the autoscaler."""
+    its contents, so the ClusterPolicy names the new one and the operator rolls the device plugin; twice the shares
+    halve a share's part of a node, which the tenant pod policy holds pods to. No MachineSet change, and no autoscaler
+    limit moves: shares are not GPUs to the autoscaler."""
     config = stack_config("dev")
     assert pool(config, "t4-inference")["timeSlicingReplicas"] == 4
     pool(config, "t4-inference")["timeSlicingReplicas"] = 8
     steps = {step.resource["inputs"]["kind"]: step for step in diff_plans(dev_base, render("dev", config)).steps}
 
-    assert set(steps) == {"ConfigMap", "ClusterPolicy"}
+    assert set(steps) == {"ConfigMap", "ClusterPolicy", "ValidatingAdmissionPolicy"}
+    assert any("share of a node's cpu" in str(change.new) for change in steps["ValidatingAdmissionPolicy"].changes)
     data = [change for change in steps["ConfigMap"].changes if change.path == "data.t4-inference"]
     assert "replicas: 4" in data[0].old and "replicas: 8" in data[0].new
     assert steps["ConfigMap"].op == "replace"  # a new name: created before the old one goes
