@@ -3,29 +3,44 @@ outputs were at the last deploy, which a re-render of the base commit (with toda
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from gpuctl.cli import read_json
 from stacks.config import ConfigError
 
 ROOT_STACK = "pulumi:pulumi:Stack"
 _FIX = "write it with `pulumi stack export --stack <stack> --file FILE`"
+# What the preview reads of each resource of an export, and the shape the engine writes it in (None: may be absent).
+_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "urn": ((str,), "text (a URN)"), "type": ((str,), "text (a resource type)"),
+    "custom": ((bool, type(None)), "true or false"), "protect": ((bool, type(None)), "true or false"),
+    "parent": ((str, type(None)), "text (a URN)"), "provider": ((str, type(None)), "text (a provider reference)"),
+    "dependencies": ((list, type(None)), "a list of URNs"), "inputs": ((dict, type(None)), "an object"),
+    "outputs": ((dict, type(None)), "an object")}
 
 
 def read_state(path: str) -> list[dict[str, Any]]:
-    """The resources of a `pulumi stack export` file; one line naming the option and the fix when it is not one."""
-    try:
-        document = json.loads(Path(path).read_text())
-    except OSError as error:
-        raise ConfigError(f"--base-state {path}: {error.strerror or error}; {_FIX}") from None
-    except ValueError:
-        raise ConfigError(f"--base-state {path}: not JSON; {_FIX}") from None
+    """The resources of a `pulumi stack export` file, read as every input is (a regular file of bounded size);
+    one line naming the option, the place in the export and the fix when it is not one."""
+    where = f"--base-state {path}"
+    document = read_json(Path(path), _FIX, label=where)
     deployment = document.get("deployment") if isinstance(document, dict) else None
-    resources = (deployment or {}).get("resources", []) if isinstance(deployment, dict) else None
-    if not isinstance(resources, list) or not all(isinstance(r, dict) and isinstance(r.get("urn"), str)
-                                                  and isinstance(r.get("type"), str) for r in resources):
-        raise ConfigError(f"--base-state {path}: not a stack export (no deployment.resources); {_FIX}")
+    if not isinstance(deployment, dict):
+        raise ConfigError(f"{where}: not a stack export (no deployment.resources); {_FIX}")
+    resources = deployment.get("resources") or []
+    if not isinstance(resources, list):
+        raise ConfigError(f"{where}: not a stack export (deployment.resources is not a list); {_FIX}")
+    for index, resource in enumerate(resources):
+        at = f"deployment.resources[{index}]"
+        if not isinstance(resource, dict):
+            raise ConfigError(f"{where}: not a stack export ({at} is not an object); {_FIX}")
+        for name, (types, shape) in _FIELDS.items():
+            value = resource.get(name)
+            if not isinstance(value, types) or (name in ("urn", "type") and not value):
+                raise ConfigError(f"{where}: not a stack export ({at}.{name} is not {shape}); {_FIX}")
+        if not all(isinstance(urn, str) for urn in resource.get("dependencies") or ()):
+            raise ConfigError(f"{where}: not a stack export ({at}.dependencies is not a list of URNs); {_FIX}")
     return resources
 
 
