@@ -17,6 +17,7 @@ from typing import Any
 from gpuctl import basecache, check, deployed, report, scratch, summary, upgrade
 from gpuctl import diff as plan_diff
 from gpuctl.children import Child, wait_all
+from gpuctl.outputs import check_output_file, write_output_file
 from gpuctl.cli import (BAD_INPUT, OK, ROOT, VIOLATION, add_format_arguments, add_stack_arguments, console,
                         empty_plan, observed_nodes, output_format_of, stack_file)
 from gpuctl.render import render_plan, stream_plan
@@ -278,6 +279,18 @@ def refuse_kernel_without_image(old: dict[str, Any], new: dict[str, Any]) -> Non
                 "together (an image that boots the new kernel) or neither")
 
 
+JSON_FILE_FIX = "pass a new file, or one an earlier --json-file wrote, in a writable folder"
+
+
+def _a_review(text: str) -> bool:
+    """Whether `text` is a review an earlier `--json-file` wrote (which a later run may replace)."""
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(document, dict) and {"steps", "changeSummary", "summary"} <= document.keys()
+
+
 def run(args: argparse.Namespace) -> int:
     if args.base is not None and not args.base.strip():  # an unset CI variable: not "diff against nothing"
         raise ConfigError("--base: empty; pass a branch, tag or commit, or leave --base out to preview a new "
@@ -285,6 +298,8 @@ def run(args: argparse.Namespace) -> int:
     if args.base_state is not None and not args.base:
         raise ConfigError("--base-state: needs --base, the commit that was deployed (its render gives the deployed "
                           "resources' inputs); pass --base <that commit>")
+    if args.json_file is not None:  # refused before anything is rendered, as `render --out` is
+        check_output_file(Path(args.json_file), f"--json-file {args.json_file}", _a_review, JSON_FILE_FIX)
     head = stack_file(args)
     args.stack, args.stack_path = head.stack, _stack_path(args)
     args.deployed = deployed.read_state(args.base_state) if args.base_state is not None else None
@@ -359,11 +374,8 @@ def _preview(args: argparse.Namespace, head: StackFile) -> int:
         policies=check.policies_run(policy_config),
         new_stack=_new_at(args) if args.base else None)
     if args.json_file:
-        try:
-            Path(args.json_file).write_text(json.dumps(report.to_json(review), indent=2) + "\n")
-        except OSError as error:
-            raise ConfigError(f"--json-file {args.json_file}: {error.strerror or 'cannot be written'}; pass a file "
-                              "in a writable place with room") from None
+        write_output_file(Path(args.json_file), json.dumps(report.to_json(review), indent=2) + "\n",
+                          f"--json-file {args.json_file}", _a_review, JSON_FILE_FIX)
     if output_format == "json":
         print(json.dumps(report.to_json(review), indent=2))
     elif output_format == "markdown":
