@@ -125,7 +125,9 @@ def refuse_another_checkout(start: Path | None = None) -> None:
 
 
 def stack_file(args: argparse.Namespace, root: Path | None = None) -> StackFile:
-    if getattr(args, "config_file", None):
+    if getattr(args, "config_file", None) == "":  # an unset CI variable: not "no file given"
+        raise ConfigError("--config-file: empty; pass the Pulumi.<stack>.yaml file")
+    if getattr(args, "config_file", None) is not None:
         loaded = load_stack_file(Path(args.config_file), args.stack, config_file=True)
     else:
         loaded = load_stack_file(stack_file_path(root or project_root(), args.stack), args.stack)

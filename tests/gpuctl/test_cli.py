@@ -365,3 +365,29 @@ def test_json_file_replaces_the_review_an_earlier_run_wrote(tmp_path: Path) -> N
         assert result.returncode == 0, result.stderr
     assert json.loads(review.read_text())["changeSummary"]["create"] > 0
     assert [path.name for path in tmp_path.iterdir()] == ["review.json"]
+
+
+# -- stack names as Pulumi accepts them ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("source", "problem"), [
+    (["--stack", ""], "--stack '': is not a stack name Pulumi accepts"),
+    (["--stack", "a b"], "--stack 'a b': is not a stack name Pulumi accepts"),
+    (["--stack", "a\nb"], "--stack 'a\\nb': is not a stack name Pulumi accepts"),
+    (["--stack", "../Pulumi.dev"], "--stack '../Pulumi.dev': is not a stack name Pulumi accepts"),
+    (["--config-file", ""], "--config-file: empty; pass the Pulumi.<stack>.yaml file"),
+    (["--config-file", "Pulumi.a b.yaml"], "the stack name 'a b' (from the file name) is not a stack name Pulumi "
+                                           "accepts")])
+@pytest.mark.parametrize("command", ["render", "preview"])
+def test_a_stack_name_pulumi_refuses_is_one_line(tmp_path: Path, source: list[str], problem: str,
+                                                command: str) -> None:
+    if source[-1] == "Pulumi.a b.yaml":
+        (tmp_path / source[-1]).write_text((ROOT / "Pulumi.onprem.yaml").read_text())
+        source = ["--config-file", str(tmp_path / source[-1])]
+    extra = ["--out", str(tmp_path / "out")] if command == "render" else []
+
+    result = subprocess.run([sys.executable, "-m", "gpuctl", command, *source, "--offline", *extra], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert problem in result.stderr and "None" not in result.stderr and not (tmp_path / "out").exists()
