@@ -298,6 +298,8 @@ def run(args: argparse.Namespace) -> int:
     if args.base_state is not None and not args.base:
         raise ConfigError("--base-state: needs --base, the commit that was deployed (its render gives the deployed "
                           "resources' inputs); pass --base <that commit>")
+    if args.base and not args.no_cache:
+        basecache.check_folder()
     if args.json_file is not None:  # refused before anything is rendered, as `render --out` is
         check_output_file(Path(args.json_file), f"--json-file {args.json_file}", _a_review, JSON_FILE_FIX)
     head = stack_file(args)
@@ -357,6 +359,7 @@ def _preview(args: argparse.Namespace, head: StackFile) -> int:
         else:
             old, new = empty_plan(args.stack), render_plan(head, observed, online=not args.offline)
     refuse_kernel_without_image(old, new)
+    upgrade.refuse_release_change(old, new)
     checked, statuses, missing = preflight_images(new, args.offline, config_from_stack_file(head.config).preflight)
     changes = plan_diff.diff_plans(old, new)
     plan_diff.refuse_driver_removal(changes, new, observed or [])
