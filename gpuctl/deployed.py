@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from fleet.kernels import KernelTarget
 from gpuctl.cli import read_json
 from stacks.config import ConfigError
 
@@ -42,6 +43,20 @@ def read_state(path: str) -> list[dict[str, Any]]:
         if not all(isinstance(urn, str) for urn in resource.get("dependencies") or ()):
             raise ConfigError(f"{where}: not a stack export ({at}.dependencies is not a list of URNs); {_FIX}")
     return resources
+
+
+def kernels(resources: list[dict[str, Any]], path: str) -> list[KernelTarget]:
+    """The kernels that had a driver at the last deploy (the root stack's `kernels` output): the program keeps each
+    of them under the engine while nodes may still run it, so the head renders with them as its previous kernels."""
+    for index, resource in enumerate(resources):
+        if resource["type"] != ROOT_STACK:
+            continue
+        recorded = (resource.get("outputs") or {}).get("kernels", [])
+        if not isinstance(recorded, list) or not all(isinstance(key, str) and "/" in key for key in recorded):
+            raise ConfigError(f"--base-state {path}: not a stack export (deployment.resources[{index}].outputs.kernels "
+                              f"is not a list of os/kernel); {_FIX}")
+        return [KernelTarget(*key.split("/", 1)) for key in recorded]
+    return []
 
 
 def as_deployed(rendered: dict[str, Any], resources: list[dict[str, Any]], stack: str) -> dict[str, Any]:

@@ -53,12 +53,16 @@ def render_both(args: argparse.Namespace, head: StackFile,
     """The plans of the stack at `--base` and in the working tree.
 
     The base renders with the program and stack file as they are at that commit, in a scratch folder, unless the
-    cache holds its plan. With --jobs 2 or more the head renders in forks at the same time: its base kernels (which
-    drivers to keep) read from the base's stack file, and, in the processes the base leaves free, in parts of
+    cache holds its plan. The head keeps the drivers of the base's kernels and, with --base-state, of the kernels the
+    deployed state holds, as the program does under the engine. With --jobs 2 or more the head renders in forks at
+    the same time: its base kernels (which drivers to keep) read from the base's stack file, and, in the processes the base leaves free, in parts of
     the tenants (`head_parts`). When the base's plan says other kernels, or a part fails or the parts disagree,
     the head renders again in this process, so the result is the same either way.
     """
     commit = resolve(args.base)
+    # With the deployed state, the kernels that had a driver at the last deploy: the head keeps their drivers as the
+    # program does under the engine while nodes may still run them (a kernel upgraded before its nodes rebooted).
+    deployed_kernels = deployed.kernels(args.deployed, args.base_state) if args.deployed is not None else []
     observed_json = Path(args.observed_nodes).read_bytes() if args.observed_nodes else None
     entry = None if args.no_cache else basecache.key(_git("ls-tree", commit), args.stack, observed_json,
                                                      args.stack_path)
@@ -68,14 +72,16 @@ def render_both(args: argparse.Namespace, head: StackFile,
         base: list[Child] = []
         parts: list[Child] = []
         try:
-            previous = base_kernels(old) if old is not None else None
+            previous = _previous(old, deployed_kernels) if old is not None else None
             if old is None:
                 _extract(commit, work / "tree")
                 if args.stack_path and (work / "tree" / args.stack_path).is_file():
                     base.append(_start_base(args, work))
-                    previous = _declared_kernels(work / "tree" / args.stack_path, args.stack, observed)
+                    declared = _declared_kernels(work / "tree" / args.stack_path, args.stack, observed)
+                    previous = None if declared is None else sorted({*declared, *deployed_kernels})
                 else:
-                    old, previous = empty_plan(args.stack), []
+                    old = empty_plan(args.stack)
+                    previous = _previous(old, deployed_kernels)
             if args.jobs > 1 and previous is not None:
                 count = head_parts(head, args.jobs - len(base))
                 parts = [Child.fork(functools.partial(
@@ -85,13 +91,18 @@ def render_both(args: argparse.Namespace, head: StackFile,
             if old is None:
                 old = _base_plan(base[0], args.base, work, entry)
             new, said = _head_plan(parts, work) if parts else (None, "")
-            if new is not None and set(previous) == set(base_kernels(old)):
+            if new is not None and set(previous) == set(_previous(old, deployed_kernels)):
                 sys.stderr.write(said)
                 return old, new
-            return old, render_plan(head, observed, online=online, previous=base_kernels(old))
+            return old, render_plan(head, observed, online=online, previous=_previous(old, deployed_kernels))
         finally:
             for child in (*base, *parts):
                 child.kill()
+
+
+def _previous(base: dict[str, Any], deployed_kernels: list[KernelTarget]) -> list[KernelTarget]:
+    """The kernels whose drivers the head keeps for lack of a node inventory: the base's, and the deployed state's."""
+    return sorted({*base_kernels(base), *deployed_kernels})
 
 
 TENANTS_PER_PART = 100  # each part registers everything but the tenants again: fewer tenants are not worth it
@@ -218,6 +229,14 @@ RE_RENDERED_BASE = (
     "the base is {ref} re-rendered with today's nodes, not the state last deployed: a driver created or deleted "
     "because nodes changed kernel or OS release since the last deploy (a driver no node needs any more, one for a "
     "node on an undeclared kernel) is in pulumi up's plan but not shown here")
+
+
+# What `pulumi up` still reads live that an offline preview without a node inventory cannot: drift made by hand.
+LIVE_CHECKS = (
+    "pulumi up reads the cluster live and still checks what this preview could not: the kernel and OS release each "
+    "GPU node reports (NFD's labels: a node relabelled or a label removed by hand changes which drivers are kept or "
+    "added), the nodes of bring-your-own pools (their GPU taint and the labels that select them), and the CRDs the "
+    "stack needs but does not install")
 
 
 def base_kernels(plan: dict[str, Any]) -> list[KernelTarget]:
@@ -360,7 +379,8 @@ def _preview(args: argparse.Namespace, head: StackFile) -> int:
             old, new = empty_plan(args.stack), render_plan(head, observed, online=not args.offline)
     refuse_kernel_without_image(old, new)
     upgrade.refuse_release_change(old, new)
-    checked, statuses, missing = preflight_images(new, args.offline, config_from_stack_file(head.config).preflight)
+    config = config_from_stack_file(head.config)
+    checked, statuses, missing = preflight_images(new, args.offline, config.preflight)
     changes = plan_diff.diff_plans(old, new)
     plan_diff.refuse_driver_removal(changes, new, observed or [])
     policy_config = check.read_policy_config(args.policy_config)
@@ -370,6 +390,8 @@ def _preview(args: argparse.Namespace, head: StackFile) -> int:
     fleet = summary.summarize(old, new, changes, preflight=statuses, offline=args.offline and observed is None)
     if args.base and args.deployed is None:
         fleet.unknowns.insert(0, RE_RENDERED_BASE.format(ref=args.base))
+    if args.offline and observed is None and config.cluster.discovery.enabled:
+        fleet.unknowns.append(LIVE_CHECKS)
     base = f"{args.base} as deployed ({args.base_state})" if args.deployed is not None else args.base
     review = report.Review(
         args.stack, base, changes, fleet,

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from benchmarks.preview import committed_project
 from fleet.kernels import KernelTarget, ObservedNode
 from gpuctl.deployed import as_deployed, read_state
+from gpuctl.deployed import kernels as deployed_kernels
 from gpuctl.inputs import MAX_INPUT_BYTES
 from stacks.config import ConfigError
 from stacks.inventory import node_list
@@ -182,3 +184,53 @@ def test_an_export_is_read_as_every_input_is(repo, tmp_path, fifo, kind):
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     problem = {"named pipe": "is a named pipe", "device": "is a device", "too large": "larger than 256 MiB"}[kind]
     assert result.stderr.startswith(f"error: --base-state {path}: {problem}"), result.stderr
+
+
+UPGRADED = "6.8.0-1024-aws"  # prod's l4-inference and a10g-batch upgraded to it from 6.8.0-1021-aws
+UPGRADED_IMAGE = "ami-0a1b2c3d4e5f60789"
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_driver_kept_for_nodes_not_yet_rebooted_stays_through_an_unrelated_change(tmp_path, jobs):
+    """A kernel upgrade was deployed while the nodes still ran the old kernel, so the engine kept its driver. Before
+    they reboot, an unrelated change is previewed against the deployed state: the old driver stays, as it does under
+    the engine; the preview neither deletes it nor blames an --observed-nodes never given."""
+    repo = committed_project(tmp_path / "repo")
+    stack_file = repo / "Pulumi.prod.yaml"
+    stack_file.write_text(stack_file.read_text().replace("kernel: 6.8.0-1021-aws", f"kernel: {UPGRADED}")
+                          .replace("image: ami-0e1f2a3b4c5d6e7f8", f"image: {UPGRADED_IMAGE}"))
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qam", "upgrade"],
+                   cwd=repo, check=True)
+    config = yaml.safe_load(stack_file.read_text())["config"]
+    not_rebooted = [ObservedNode("gpu-l4-1", KernelTarget("ubuntu22.04", "6.8.0-1021-aws")),
+                    ObservedNode("gpu-h100-1", KernelTarget("ubuntu22.04", "6.8.0-1019-aws"))]
+    deployed = render_stack("prod", config=config, observed=not_rebooted)
+    assert "ubuntu22.04/6.8.0-1021-aws" in deployed.outputs["kernels"]
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps(export(deployed.document)))
+    stack_file.write_text(stack_file.read_text().replace("gpus: 8", "gpus: 6", 1))  # an unrelated tenant change
+
+    result = preview(repo, "--stack", "prod", "--base", "HEAD", "--base-state", str(state), "--offline", "--json",
+                     "--jobs", jobs, "--no-cache")
+
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert [step["op"] for step in document["steps"]] == ["update"], document["steps"]
+    assert document["summary"]["destructive"] == []
+    assert "ubuntu22.04/6.8.0-1021-aws" in document["keptDrivers"]
+    # What the engine still checks live, which no offline preview can see (drift made by hand on the nodes).
+    assert any("a node relabelled or a label removed by hand" in line for line in document["summary"]["unknowns"])
+
+
+@pytest.mark.parametrize("recorded", ["ubuntu22.04/6.8.0-1021-aws", [7], ["no-slash"]])
+def test_recorded_kernels_of_the_wrong_shape_are_one_line(recorded):
+    root = {"urn": ROOT_URN, "type": "pulumi:pulumi:Stack", "outputs": {"kernels": recorded}}
+    with pytest.raises(ConfigError, match=r"^--base-state s\.json: not a stack export \(deployment\.resources\[0\]"
+                                          r"\.outputs\.kernels is not a list of os/kernel\)"):
+        deployed_kernels([root], "s.json")
+
+
+def test_the_kernels_of_the_last_deploy_are_read_from_the_root_stack():
+    root = {"urn": ROOT_URN, "type": "pulumi:pulumi:Stack", "outputs": {"kernels": ["ubuntu22.04/6.8.0-1021-aws"]}}
+    assert deployed_kernels([root], "s.json") == [KernelTarget("ubuntu22.04", "6.8.0-1021-aws")]
+    assert deployed_kernels([], "s.json") == []
