@@ -109,8 +109,11 @@ def project_root(start: Path | None = None) -> Path:
     """The nearest folder from `start` (the working folder) up holding this project's Pulumi.yaml, else ROOT."""
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
-        if (folder / "Pulumi.yaml").is_file() and re.search(rf"(?m)^name:\s*{PROJECT}\s*$",
-                                                            (folder / "Pulumi.yaml").read_text(errors="replace")):
+        try:  # read as every input is: a Pulumi.yaml that is a named pipe must not hang gpuctl
+            text = read_input(folder / "Pulumi.yaml", str(folder / "Pulumi.yaml"), "")
+        except ConfigError:
+            continue
+        if re.search(rf"(?m)^name:\s*{PROJECT}\s*$", text):
             return folder
     return ROOT
 

@@ -17,6 +17,7 @@ from typing import Any
 from gpuctl import basecache, check, deployed, report, scratch, summary, upgrade
 from gpuctl import diff as plan_diff
 from gpuctl.children import Child, wait_all
+from gpuctl.inputs import read_input
 from gpuctl.outputs import check_output_file, write_output_file
 from gpuctl.cli import (BAD_INPUT, OK, ROOT, VIOLATION, add_format_arguments, add_stack_arguments, console,
                         empty_plan, observed_nodes, output_format_of, stack_file)
@@ -63,7 +64,8 @@ def render_both(args: argparse.Namespace, head: StackFile,
     # With the deployed state, the kernels that had a driver at the last deploy: the head keeps their drivers as the
     # program does under the engine while nodes may still run them (a kernel upgraded before its nodes rebooted).
     deployed_kernels = deployed.kernels(args.deployed, args.base_state) if args.deployed is not None else []
-    observed_json = Path(args.observed_nodes).read_bytes() if args.observed_nodes else None
+    observed_json = read_input(Path(args.observed_nodes), f"--observed-nodes {args.observed_nodes}",
+                               "pass a `kubectl get nodes -o json` file").encode() if args.observed_nodes else None
     entry = None if args.no_cache else basecache.key(_git("ls-tree", commit), args.stack, observed_json,
                                                      args.stack_path)
     old = basecache.read(entry) if entry else None
