@@ -42,7 +42,7 @@ def _parser() -> Any:
 
 def _run(parser: Any, argv: list[str] | None) -> int:
     from gpuctl.cli import BAD_INPUT, refuse_another_checkout
-    from stacks.config import ConfigError
+    from stacks.config import ConfigError, capped
 
     try:
         try:
@@ -54,7 +54,7 @@ def _run(parser: Any, argv: list[str] | None) -> int:
             code = args.run(args)
         sys.stdout.flush()  # an output that cannot take the report fails here, not after a success code
     except ConfigError as error:
-        print(f"error: {printable(str(error))}", file=sys.stderr)
+        print(f"error: {capped(printable(str(error)))}", file=sys.stderr)
         code = BAD_INPUT
     except OutputError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -27,6 +27,7 @@ from typing import Any
 
 from gpuctl.cli import PULL_SECRET_ENV, RenderedPlan
 from gpuctl.inputs import MAX_INPUT_BYTES
+from stacks.config import ConfigError
 
 FORMAT = "gpuctl-base-plan/2"
 SECRET = ".key"
@@ -36,10 +37,20 @@ UNREAD = frozenset({".ci", ".github", "docs", "e2e", "tests"})
 
 
 def folder() -> Path:
-    """Where entries live: $GPUCTL_CACHE_DIR, else the user's cache folder (XDG)."""
+    """Where entries live: $GPUCTL_CACHE_DIR, else the user's cache folder (XDG: a relative $XDG_CACHE_HOME is
+    ignored)."""
     if os.environ.get("GPUCTL_CACHE_DIR"):
         return Path(os.environ["GPUCTL_CACHE_DIR"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuctl" / "base-plans"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "gpuctl" / "base-plans"
+
+
+def check_folder() -> None:
+    """Refuse a relative $GPUCTL_CACHE_DIR: it names a folder inside whatever folder gpuctl runs in, the checkout."""
+    value = os.environ.get("GPUCTL_CACHE_DIR", "")
+    if value and not os.path.isabs(value):
+        raise ConfigError(f"GPUCTL_CACHE_DIR {value}: is a relative path, which would put the cache in the folder "
+                          "gpuctl runs in (the checkout); set an absolute path, or pass --no-cache")
 
 
 def key(tree_entries: str, stack: str, observed: bytes | None, stack_file: str | None = None) -> str:

@@ -109,8 +109,11 @@ def project_root(start: Path | None = None) -> Path:
     """The nearest folder from `start` (the working folder) up holding this project's Pulumi.yaml, else ROOT."""
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
-        if (folder / "Pulumi.yaml").is_file() and re.search(rf"(?m)^name:\s*{PROJECT}\s*$",
-                                                            (folder / "Pulumi.yaml").read_text(errors="replace")):
+        try:  # read as every input is: a Pulumi.yaml that is a named pipe must not hang gpuctl
+            text = read_input(folder / "Pulumi.yaml", str(folder / "Pulumi.yaml"), "")
+        except ConfigError:
+            continue
+        if re.search(rf"(?m)^name:\s*{PROJECT}\s*$", text):
             return folder
     return ROOT
 
@@ -125,7 +128,9 @@ def refuse_another_checkout(start: Path | None = None) -> None:
 
 
 def stack_file(args: argparse.Namespace, root: Path | None = None) -> StackFile:
-    if getattr(args, "config_file", None):
+    if getattr(args, "config_file", None) == "":  # an unset CI variable: not "no file given"
+        raise ConfigError("--config-file: empty; pass the Pulumi.<stack>.yaml file")
+    if getattr(args, "config_file", None) is not None:
         loaded = load_stack_file(Path(args.config_file), args.stack, config_file=True)
     else:
         loaded = load_stack_file(stack_file_path(root or project_root(), args.stack), args.stack)

@@ -3,30 +3,60 @@ outputs were at the last deploy, which a re-render of the base commit (with toda
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from fleet.kernels import KernelTarget
+from gpuctl.cli import read_json
 from stacks.config import ConfigError
 
 ROOT_STACK = "pulumi:pulumi:Stack"
 _FIX = "write it with `pulumi stack export --stack <stack> --file FILE`"
+# What the preview reads of each resource of an export, and the shape the engine writes it in (None: may be absent).
+_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "urn": ((str,), "text (a URN)"), "type": ((str,), "text (a resource type)"),
+    "custom": ((bool, type(None)), "true or false"), "protect": ((bool, type(None)), "true or false"),
+    "parent": ((str, type(None)), "text (a URN)"), "provider": ((str, type(None)), "text (a provider reference)"),
+    "dependencies": ((list, type(None)), "a list of URNs"), "inputs": ((dict, type(None)), "an object"),
+    "outputs": ((dict, type(None)), "an object")}
 
 
 def read_state(path: str) -> list[dict[str, Any]]:
-    """The resources of a `pulumi stack export` file; one line naming the option and the fix when it is not one."""
-    try:
-        document = json.loads(Path(path).read_text())
-    except OSError as error:
-        raise ConfigError(f"--base-state {path}: {error.strerror or error}; {_FIX}") from None
-    except ValueError:
-        raise ConfigError(f"--base-state {path}: not JSON; {_FIX}") from None
+    """The resources of a `pulumi stack export` file, read as every input is (a regular file of bounded size);
+    one line naming the option, the place in the export and the fix when it is not one."""
+    where = f"--base-state {path}"
+    document = read_json(Path(path), _FIX, label=where)
     deployment = document.get("deployment") if isinstance(document, dict) else None
-    resources = (deployment or {}).get("resources", []) if isinstance(deployment, dict) else None
-    if not isinstance(resources, list) or not all(isinstance(r, dict) and isinstance(r.get("urn"), str)
-                                                  and isinstance(r.get("type"), str) for r in resources):
-        raise ConfigError(f"--base-state {path}: not a stack export (no deployment.resources); {_FIX}")
+    if not isinstance(deployment, dict):
+        raise ConfigError(f"{where}: not a stack export (no deployment.resources); {_FIX}")
+    resources = deployment.get("resources") or []
+    if not isinstance(resources, list):
+        raise ConfigError(f"{where}: not a stack export (deployment.resources is not a list); {_FIX}")
+    for index, resource in enumerate(resources):
+        at = f"deployment.resources[{index}]"
+        if not isinstance(resource, dict):
+            raise ConfigError(f"{where}: not a stack export ({at} is not an object); {_FIX}")
+        for name, (types, shape) in _FIELDS.items():
+            value = resource.get(name)
+            if not isinstance(value, types) or (name in ("urn", "type") and not value):
+                raise ConfigError(f"{where}: not a stack export ({at}.{name} is not {shape}); {_FIX}")
+        if not all(isinstance(urn, str) for urn in resource.get("dependencies") or ()):
+            raise ConfigError(f"{where}: not a stack export ({at}.dependencies is not a list of URNs); {_FIX}")
     return resources
+
+
+def kernels(resources: list[dict[str, Any]], path: str) -> list[KernelTarget]:
+    """The kernels that had a driver at the last deploy (the root stack's `kernels` output): the program keeps each
+    of them under the engine while nodes may still run it, so the head renders with them as its previous kernels."""
+    for index, resource in enumerate(resources):
+        if resource["type"] != ROOT_STACK:
+            continue
+        recorded = (resource.get("outputs") or {}).get("kernels", [])
+        if not isinstance(recorded, list) or not all(isinstance(key, str) and "/" in key for key in recorded):
+            raise ConfigError(f"--base-state {path}: not a stack export (deployment.resources[{index}].outputs.kernels "
+                              f"is not a list of os/kernel); {_FIX}")
+        return [KernelTarget(*key.split("/", 1)) for key in recorded]
+    return []
 
 
 def as_deployed(rendered: dict[str, Any], resources: list[dict[str, Any]], stack: str) -> dict[str, Any]:

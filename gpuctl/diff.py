@@ -3,13 +3,13 @@ the `gpuctl diff` command is gpuctl.diff_command)."""
 
 from __future__ import annotations
 
+import bisect
+import difflib
+import json
 import re
 from dataclasses import dataclass, field
 from graphlib import TopologicalSorter
 from typing import Any
-
-from deepdiff import DeepDiff
-from deepdiff.helper import NotPresent
 
 from components import labels
 from gpuctl.replacements import replace_reasons
@@ -98,44 +98,85 @@ def dotted(path: list[Any]) -> str:
     return text
 
 
-# The field that names an element of a list, in the order tried: containers, env, volumes and ports by name,
-# tags and tolerations by key, the autoscaler's GPU limits by type. Used only when every element of that list has a
-# distinct value for it.
-ELEMENT_KEYS = ("name", "key", "resourceType", "deviceName", "mountPath", "apiGroup", "type")
+# The field that names an element of a list, the first it has of: containers, env, volumes and ports by name, tags
+# and tolerations by key, the autoscaler's GPU limits by type, alerting and recording rules by alert or record. A
+# text, number or boolean names itself. Used only when every element of the list, before and after, has a distinct
+# name.
+ELEMENT_KEYS = ("name", "key", "resourceType", "deviceName", "mountPath", "apiGroup", "type", "alert", "record")
 
 
-def _element_name(items: list[Any], index: int) -> str:
-    """`[name]` for a list element with a unique identifying field, else `[index]`."""
-    element = items[index] if index < len(items) else None
+def _element_name(element: Any) -> str | None:
     if isinstance(element, dict):
-        for field_name in ELEMENT_KEYS:
-            value = element.get(field_name)
-            if isinstance(value, str) and value and sum(
-                    isinstance(item, dict) and item.get(field_name) == value for item in items) == 1:
-                return f"[{value}]"
-    return f"[{index}]"
+        return next((element[key] for key in ELEMENT_KEYS if isinstance(element.get(key), str) and element[key]), None)
+    return None if isinstance(element, (list, type(None))) else json.dumps(element)
 
 
-def named_path(path: list[Any], old: Any, new: Any) -> str:
-    """The dotted path with each list index replaced by the element's name or key where it has one."""
-    text = ""
-    for part in path:
-        if isinstance(part, int):
-            source = new if isinstance(new, list) and part < len(new) else old
-            text += _element_name(source, part) if isinstance(source, list) else f"[{part}]"
-        else:
-            text += f".{part}" if text else str(part)
-        old = _child(old, part)
-        new = _child(new, part)
-    return text
+def _names(items: list[Any]) -> list[str] | None:
+    """The name of each element of `items`, when each has one and no two share it."""
+    names = [_element_name(item) for item in items]
+    return names if None not in names and len(set(names)) == len(names) else None  # type: ignore[return-value]
 
 
-def _child(value: Any, part: Any) -> Any:
-    if isinstance(part, int) and isinstance(value, list):
-        return value[part] if part < len(value) else None
-    if isinstance(value, dict):
-        return value.get(part)
-    return None
+def _match(old: list[Any], new: list[Any]) -> tuple[list[tuple[int, int]], list[str], list[str]]:
+    """The elements of `old` and `new` that are one element before and after (pairs of indexes, in new order), and
+    how each element of both lists is named: by their names where they all have one, else as the longest runs of
+    equal elements line up (difflib), the elements between two runs paired in order (changed in place), by index."""
+    old_names, new_names = _names(old), _names(new)
+    if old_names is not None and new_names is not None:
+        before = {name: index for index, name in enumerate(old_names)}
+        return ([(before[name], index) for index, name in enumerate(new_names) if name in before],
+                [name.strip('"') for name in old_names], [name.strip('"') for name in new_names])
+    matcher = difflib.SequenceMatcher(None, [json.dumps(item, sort_keys=True) for item in old],
+                                      [json.dumps(item, sort_keys=True) for item in new], autojunk=False)
+    pairs = [pair for _, i1, i2, j1, j2 in matcher.get_opcodes() for pair in zip(range(i1, i2), range(j1, j2))]
+    return pairs, [str(i) for i in range(len(old))], [str(j) for j in range(len(new))]
+
+
+def _moved(pairs: list[tuple[int, int]]) -> set[int]:
+    """The new indexes of the paired elements (in new order) that moved: all but the longest run that kept its
+    order, so an element added or removed before others does not move them."""
+    tails: list[int] = []  # tails[k]: the pair ending the best run of length k + 1
+    ends: list[int] = []  # ends[k]: that pair's old index
+    previous: list[int | None] = []
+    for number, (old_index, _) in enumerate(pairs):
+        rank = bisect.bisect_left(ends, old_index)
+        previous.append(tails[rank - 1] if rank else None)
+        tails[rank:rank + 1], ends[rank:rank + 1] = [number], [old_index]
+    kept, number = set(), tails[-1] if tails else None
+    while number is not None:
+        kept.add(pairs[number][1])
+        number = previous[number]
+    return {new_index for _, new_index in pairs} - kept
+
+
+def _walk(old: Any, new: Any, parts: list[Any], label: str, changes: list[tuple[list[Any], Change]]) -> None:
+    """Append (parts, Change) for each difference between `old` and `new` (found at `parts`, named `label`): values
+    compared with their types, maps key by key, lists element by element as `_match` pairs them (so an element added
+    before others does not read as each of them changed), elements that changed place as moves."""
+    def add(path: list[Any], before: Any, after: Any, name: str) -> None:
+        changes.append((path, Change(dotted(path), before, after, name)))
+
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in [*old, *(key for key in new if key not in old)]:
+            name = f"{label}.{key}" if label else str(key)
+            if key in old and key in new:
+                _walk(old[key], new[key], [*parts, key], name, changes)
+            else:
+                add([*parts, key], old.get(key), new.get(key), name)
+    elif isinstance(old, list) and isinstance(new, list):
+        pairs, old_names, new_names = _match(old, new)
+        moved = _moved(pairs)
+        for old_index, index in pairs:
+            name = f"{label}[{new_names[index]}]"
+            if index in moved:
+                add([*parts, index], f"position {old_index}", f"position {index}", f"{name} (moved)")
+            _walk(old[old_index], new[index], [*parts, index], name, changes)
+        for index in sorted(set(range(len(new))) - {j for _, j in pairs}):
+            add([*parts, index], None, new[index], f"{label}[{new_names[index]}]")
+        for index in sorted(set(range(len(old))) - {i for i, _ in pairs}):
+            add([*parts, index], old[index], None, f"{label}[{old_names[index]}]")
+    elif not _same(old, new):
+        add(parts, old, new, label)
 
 
 def object_name(resource: dict[str, Any]) -> str:
@@ -172,7 +213,7 @@ def _covers(ignored: str, parts: list[Any]) -> bool:
 
 
 def _same(old: Any, new: Any) -> bool:
-    """Equal values of equal types all the way down: what DeepDiff would report no change for."""
+    """Equal values of equal types all the way down."""
     if type(old) is not type(new):
         return False
     if isinstance(old, dict):
@@ -182,17 +223,12 @@ def _same(old: Any, new: Any) -> bool:
     return old == new
 
 
-def _changes(old: dict[str, Any], new: dict[str, Any], ignore: list[str]) -> list[Change]:
-    changes = []
-    for items in DeepDiff(old, new, view="tree").values():
-        for item in items:
-            parts = item.path(output_format="list")
-            path = dotted(parts)
-            if any(_covers(ignored, parts) for ignored in ignore):
-                continue
-            changes.append(Change(path, None if isinstance(item.t1, NotPresent) else item.t1,
-                                  None if isinstance(item.t2, NotPresent) else item.t2, named_path(parts, old, new)))
-    return sorted(changes, key=lambda change: change.path)
+def property_changes(old: Any, new: Any, ignore: list[str] = ()) -> list[Change]:
+    """Each property that differs between two resources' inputs, but those `ignore` (property paths) covers."""
+    found: list[tuple[list[Any], Change]] = []
+    _walk(old, new, [], "", found)
+    return sorted((change for parts, change in found if not any(_covers(ignored, parts) for ignored in ignore)),
+                  key=lambda change: change.path)
 
 
 def _replace_reasons(resource: dict[str, Any], changes: list[Change]) -> list[str]:
@@ -235,13 +271,13 @@ def diff_plans(old: dict[str, Any], new: dict[str, Any]) -> PlanDiff:
             continue
         if resource.get("provider") in replaced_providers:
             # The engine replaces every resource of a replaced provider: its new provider creates it anew.
-            changes = _changes(before["inputs"], resource["inputs"], resource["options"]["ignoreChanges"])
+            changes = property_changes(before["inputs"], resource["inputs"], resource["options"]["ignoreChanges"])
             steps.append(Step("replace", resource, changes, [PROVIDER_REPLACED], before))
             continue
         if _same(before["inputs"], resource["inputs"]):  # most of a fleet: no deep comparison needed
             same += 1
             continue
-        changes = _changes(before["inputs"], resource["inputs"], resource["options"]["ignoreChanges"])
+        changes = property_changes(before["inputs"], resource["inputs"], resource["options"]["ignoreChanges"])
         if not changes:
             same += 1
             continue

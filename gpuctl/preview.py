@@ -17,6 +17,8 @@ from typing import Any
 from gpuctl import basecache, check, deployed, report, scratch, summary, upgrade
 from gpuctl import diff as plan_diff
 from gpuctl.children import Child, wait_all
+from gpuctl.inputs import read_input
+from gpuctl.outputs import check_output_file, write_output_file
 from gpuctl.cli import (BAD_INPUT, OK, ROOT, VIOLATION, add_format_arguments, add_stack_arguments, console,
                         empty_plan, observed_nodes, output_format_of, stack_file)
 from gpuctl.render import render_plan, stream_plan
@@ -52,13 +54,18 @@ def render_both(args: argparse.Namespace, head: StackFile,
     """The plans of the stack at `--base` and in the working tree.
 
     The base renders with the program and stack file as they are at that commit, in a scratch folder, unless the
-    cache holds its plan. With --jobs 2 or more the head renders in forks at the same time: its base kernels (which
-    drivers to keep) read from the base's stack file, and, in the processes the base leaves free, in parts of
+    cache holds its plan. The head keeps the drivers of the base's kernels and, with --base-state, of the kernels the
+    deployed state holds, as the program does under the engine. With --jobs 2 or more the head renders in forks at
+    the same time: its base kernels (which drivers to keep) read from the base's stack file, and, in the processes the base leaves free, in parts of
     the tenants (`head_parts`). When the base's plan says other kernels, or a part fails or the parts disagree,
     the head renders again in this process, so the result is the same either way.
     """
     commit = resolve(args.base)
-    observed_json = Path(args.observed_nodes).read_bytes() if args.observed_nodes else None
+    # With the deployed state, the kernels that had a driver at the last deploy: the head keeps their drivers as the
+    # program does under the engine while nodes may still run them (a kernel upgraded before its nodes rebooted).
+    deployed_kernels = deployed.kernels(args.deployed, args.base_state) if args.deployed is not None else []
+    observed_json = read_input(Path(args.observed_nodes), f"--observed-nodes {args.observed_nodes}",
+                               "pass a `kubectl get nodes -o json` file").encode() if args.observed_nodes else None
     entry = None if args.no_cache else basecache.key(_git("ls-tree", commit), args.stack, observed_json,
                                                      args.stack_path)
     old = basecache.read(entry) if entry else None
@@ -67,14 +74,16 @@ def render_both(args: argparse.Namespace, head: StackFile,
         base: list[Child] = []
         parts: list[Child] = []
         try:
-            previous = base_kernels(old) if old is not None else None
+            previous = _previous(old, deployed_kernels) if old is not None else None
             if old is None:
                 _extract(commit, work / "tree")
                 if args.stack_path and (work / "tree" / args.stack_path).is_file():
                     base.append(_start_base(args, work))
-                    previous = _declared_kernels(work / "tree" / args.stack_path, args.stack, observed)
+                    declared = _declared_kernels(work / "tree" / args.stack_path, args.stack, observed)
+                    previous = None if declared is None else sorted({*declared, *deployed_kernels})
                 else:
-                    old, previous = empty_plan(args.stack), []
+                    old = empty_plan(args.stack)
+                    previous = _previous(old, deployed_kernels)
             if args.jobs > 1 and previous is not None:
                 count = head_parts(head, args.jobs - len(base))
                 parts = [Child.fork(functools.partial(
@@ -84,13 +93,18 @@ def render_both(args: argparse.Namespace, head: StackFile,
             if old is None:
                 old = _base_plan(base[0], args.base, work, entry)
             new, said = _head_plan(parts, work) if parts else (None, "")
-            if new is not None and set(previous) == set(base_kernels(old)):
+            if new is not None and set(previous) == set(_previous(old, deployed_kernels)):
                 sys.stderr.write(said)
                 return old, new
-            return old, render_plan(head, observed, online=online, previous=base_kernels(old))
+            return old, render_plan(head, observed, online=online, previous=_previous(old, deployed_kernels))
         finally:
             for child in (*base, *parts):
                 child.kill()
+
+
+def _previous(base: dict[str, Any], deployed_kernels: list[KernelTarget]) -> list[KernelTarget]:
+    """The kernels whose drivers the head keeps for lack of a node inventory: the base's, and the deployed state's."""
+    return sorted({*base_kernels(base), *deployed_kernels})
 
 
 TENANTS_PER_PART = 100  # each part registers everything but the tenants again: fewer tenants are not worth it
@@ -219,6 +233,14 @@ RE_RENDERED_BASE = (
     "node on an undeclared kernel) is in pulumi up's plan but not shown here")
 
 
+# What `pulumi up` still reads live that an offline preview without a node inventory cannot: drift made by hand.
+LIVE_CHECKS = (
+    "pulumi up reads the cluster live and still checks what this preview could not: the kernel and OS release each "
+    "GPU node reports (NFD's labels: a node relabelled or a label removed by hand changes which drivers are kept or "
+    "added), the nodes of bring-your-own pools (their GPU taint and the labels that select them), and the CRDs the "
+    "stack needs but does not install")
+
+
 def base_kernels(plan: dict[str, Any]) -> list[KernelTarget]:
     """The kernels that had a driver in the base revision."""
     return [KernelTarget(*key.split("/", 1)) for key in plan.get("outputs", {}).get("kernels", [])]
@@ -278,6 +300,18 @@ def refuse_kernel_without_image(old: dict[str, Any], new: dict[str, Any]) -> Non
                 "together (an image that boots the new kernel) or neither")
 
 
+JSON_FILE_FIX = "pass a new file, or one an earlier --json-file wrote, in a writable folder"
+
+
+def _a_review(text: str) -> bool:
+    """Whether `text` is a review an earlier `--json-file` wrote (which a later run may replace)."""
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(document, dict) and {"steps", "changeSummary", "summary"} <= document.keys()
+
+
 def run(args: argparse.Namespace) -> int:
     if args.base is not None and not args.base.strip():  # an unset CI variable: not "diff against nothing"
         raise ConfigError("--base: empty; pass a branch, tag or commit, or leave --base out to preview a new "
@@ -285,6 +319,10 @@ def run(args: argparse.Namespace) -> int:
     if args.base_state is not None and not args.base:
         raise ConfigError("--base-state: needs --base, the commit that was deployed (its render gives the deployed "
                           "resources' inputs); pass --base <that commit>")
+    if args.base and not args.no_cache:
+        basecache.check_folder()
+    if args.json_file is not None:  # refused before anything is rendered, as `render --out` is
+        check_output_file(Path(args.json_file), f"--json-file {args.json_file}", _a_review, JSON_FILE_FIX)
     head = stack_file(args)
     args.stack, args.stack_path = head.stack, _stack_path(args)
     args.deployed = deployed.read_state(args.base_state) if args.base_state is not None else None
@@ -342,7 +380,9 @@ def _preview(args: argparse.Namespace, head: StackFile) -> int:
         else:
             old, new = empty_plan(args.stack), render_plan(head, observed, online=not args.offline)
     refuse_kernel_without_image(old, new)
-    checked, statuses, missing = preflight_images(new, args.offline, config_from_stack_file(head.config).preflight)
+    upgrade.refuse_release_change(old, new)
+    config = config_from_stack_file(head.config)
+    checked, statuses, missing = preflight_images(new, args.offline, config.preflight)
     changes = plan_diff.diff_plans(old, new)
     plan_diff.refuse_driver_removal(changes, new, observed or [])
     policy_config = check.read_policy_config(args.policy_config)
@@ -352,6 +392,8 @@ def _preview(args: argparse.Namespace, head: StackFile) -> int:
     fleet = summary.summarize(old, new, changes, preflight=statuses, offline=args.offline and observed is None)
     if args.base and args.deployed is None:
         fleet.unknowns.insert(0, RE_RENDERED_BASE.format(ref=args.base))
+    if args.offline and observed is None and config.cluster.discovery.enabled:
+        fleet.unknowns.append(LIVE_CHECKS)
     base = f"{args.base} as deployed ({args.base_state})" if args.deployed is not None else args.base
     review = report.Review(
         args.stack, base, changes, fleet,
@@ -359,11 +401,8 @@ def _preview(args: argparse.Namespace, head: StackFile) -> int:
         policies=check.policies_run(policy_config),
         new_stack=_new_at(args) if args.base else None)
     if args.json_file:
-        try:
-            Path(args.json_file).write_text(json.dumps(report.to_json(review), indent=2) + "\n")
-        except OSError as error:
-            raise ConfigError(f"--json-file {args.json_file}: {error.strerror or 'cannot be written'}; pass a file "
-                              "in a writable place with room") from None
+        write_output_file(Path(args.json_file), json.dumps(report.to_json(review), indent=2) + "\n",
+                          f"--json-file {args.json_file}", _a_review, JSON_FILE_FIX)
     if output_format == "json":
         print(json.dumps(report.to_json(review), indent=2))
     elif output_format == "markdown":

@@ -219,6 +219,8 @@ def load_stack_file(path: Path, stack: str | None = None, *, config_file: bool =
 
     `config_file`: the path came from --config-file, so errors name that option.
     """
+    if stack is not None and not STACK_NAME.fullmatch(stack):
+        raise ConfigError(f"--stack {stack!r}: {NOT_A_STACK_NAME}; pass the <stack> of a Pulumi.<stack>.yaml file")
     check_is_stack_file(path, config_file)
     text = read_input(path, str(path), "save the file as UTF-8, readable by you")
     try:
@@ -252,8 +254,17 @@ def load_stack_file(path: Path, stack: str | None = None, *, config_file: bool =
         close = difflib.get_close_matches(unknown[0], sorted(STACK_FILE_KEYS), n=1)
         hint = f"did you mean {close[0]!r}?" if close else f"a stack file holds {', '.join(sorted(STACK_FILE_KEYS))}"
         raise ConfigError(f"{path}: unknown top-level key {unknown[0]!r}; {hint}")
-    name = stack or path.name.removeprefix("Pulumi.").removesuffix(".yaml").removesuffix(".yml")
+    name = stack if stack is not None else path.name.removeprefix("Pulumi.").removesuffix(".yaml").removesuffix(".yml")
+    if not STACK_NAME.fullmatch(name):
+        raise ConfigError(f"{'--config-file ' if config_file else ''}{path}: the stack name {name!r} (from the file "
+                          f"name) {NOT_A_STACK_NAME}; rename the file Pulumi.<stack>.yaml")
     return stack_file_from_config(name, document.get("config") or {})
+
+
+# The stack names the Pulumi CLI accepts (pkg/backend/diy/backend.go, validateStackName).
+STACK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+
+NOT_A_STACK_NAME = "is not a stack name Pulumi accepts (1 to 100 letters, digits, '-', '_' or '.')"
 
 
 def check_is_stack_file(path: Path, config_file: bool) -> None:

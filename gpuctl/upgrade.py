@@ -6,6 +6,7 @@ from typing import Any
 
 from components import labels
 from gpuctl.diff import NVIDIA_DRIVER, object_name
+from stacks.config import PROJECT, ConfigError
 
 
 def _outputs(plan: dict[str, Any]) -> dict[str, Any]:
@@ -37,6 +38,29 @@ def shared(plan: dict[str, Any], key: str) -> bool:
 def _declared(plan: dict[str, Any]) -> str | None:
     declared = _outputs(plan).get("declaredKernels") or []
     return declared[0] if len(declared) == 1 else None
+
+
+def _version(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in release.split("."))
+
+
+def refuse_release_change(old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Refuse an OpenShift release change the cluster cannot take in one step: a downgrade (OpenShift has none), or
+    a jump over a minor release. An EUS-to-EUS upgrade (4.18 -> 4.20) still steps the cluster through the release
+    between, whose nodes' kernel needs its own driver: that release is deployed first, as a change of its own."""
+    before, after = _outputs(old).get("release"), _outputs(new).get("release")
+    if not before or not after or before == after:
+        return
+    was, will = _version(before), _version(after)
+    where = f"{PROJECT}:cluster.release"
+    if will < was:
+        raise ConfigError(f"{where}: {before} -> {after} is a downgrade, which OpenShift does not do; keep {before} "
+                          "or move forward")
+    if will[1] > was[1] + 1:
+        between = f"{will[0]}.{was[1] + 1}"
+        raise ConfigError(f"{where}: {before} -> {after} skips {between}: the cluster (an EUS-to-EUS upgrade "
+                          f"included) steps through {between}, and its nodes need {between}'s driver on the way; "
+                          f"deploy {between}.<patch> (with its kernel) first, then {after}")
 
 
 def release_stages(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -52,6 +52,18 @@ class ConfigError(ValueError):
     """A stack configuration mistake, already phrased as one line naming the field and the fix."""
 
 
+MAX_ERROR_CHARACTERS = 600  # of one error line: a value quoted whole (30,000 x's) must not bury the field and the fix
+
+
+def capped(message: str) -> str:
+    """`message` cut in the middle to MAX_ERROR_CHARACTERS, keeping its start (the field) and its end (the fix)."""
+    if len(message) <= MAX_ERROR_CHARACTERS:
+        return message
+    cut = f" ... ({len(message) - MAX_ERROR_CHARACTERS:,} characters left out) ... "
+    head = (MAX_ERROR_CHARACTERS - len(cut)) * 2 // 3
+    return message[:head] + cut + message[-(MAX_ERROR_CHARACTERS - len(cut) - head):]
+
+
 def _whole(value: Any) -> Any:
     """A whole float as the integer it is: the Pulumi CLI reads an integer past int64 (a stray digit) as 1e+30."""
     return int(value) if isinstance(value, float) and value.is_integer() else value
@@ -429,6 +441,24 @@ class RollConfig(StrictModel):
 
 
 _DURATION = r"^(([0-9]+(s|m|h))+|Never)$"  # Karpenter's NillableDuration (pkg/apis/v1/nodepool.go)
+_GO_DURATION_NS = 2**63 - 1  # Go's time.ParseDuration: an int64 of nanoseconds, or "invalid duration"
+MIN_EXPIRE_AFTER_S = 3600  # a GPU node boots and loads its driver for minutes before it runs a job
+AWS_ZONE_LETTERS = "abcdef"  # an availability zone is its region and a letter; none past f (us-east-1 has six)
+
+
+def _seconds(duration: str) -> int | None:
+    """The seconds of a duration of the _DURATION format; None for Never."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    return None if duration == "Never" else sum(int(count) * units[unit]
+                                                for count, unit in re.findall(r"([0-9]+)([smh])", duration))
+
+
+def _go_duration(duration: str) -> str:
+    seconds = _seconds(duration)
+    if seconds is not None and seconds * 10**9 > _GO_DURATION_NS:
+        raise ValueError(f"{duration!r} is longer than Karpenter can read (Go's durations end at about 2562047h); "
+                         "write a shorter duration, or Never")
+    return duration
 
 
 class KarpenterPoolConfig(StrictModel):
@@ -441,12 +471,21 @@ class KarpenterPoolConfig(StrictModel):
         default=(), description="availability zones nodes may launch in; none: every zone of the selected subnets")
     consolidation: Literal["WhenEmpty", "WhenEmptyOrUnderutilized"] = Field(default="WhenEmpty", description=(
         "WhenEmpty: a node goes only once no pod runs on it; WhenEmptyOrUnderutilized also moves running jobs"))
-    consolidate_after: str = Field(default="10m", pattern=_DURATION,
+    consolidate_after: Annotated[str, AfterValidator(_go_duration)] = Field(default="10m", pattern=_DURATION,
                                    description="how long a node stays empty (or underused) before it goes")
     disruption_budget: str = Field(default="1", pattern=r"^((100|[0-9]{1,2})%|[0-9]+)$",
                                    description="nodes (or a percentage) disrupted at once, drift replacement included")
-    expire_after: str = Field(default="Never", pattern=_DURATION,
-                              description="replace every node this long after it launched; Never: keep it")
+    expire_after: Annotated[str, AfterValidator(_go_duration)] = Field(
+        default="Never", pattern=_DURATION, description="replace every node this long after it launched; Never: keep it")
+
+    @model_validator(mode="after")
+    def _check_expiry(self) -> KarpenterPoolConfig:
+        seconds = _seconds(self.expire_after)
+        if seconds is not None and seconds < MIN_EXPIRE_AFTER_S:
+            raise _field_error(("expireAfter",), (
+                f"{self.expire_after!r} would replace each node about as soon as it has loaded its GPU driver, or "
+                f"as it launches; use at least {MIN_EXPIRE_AFTER_S // 3600}h (e.g. 720h), or Never"))
+        return self
 
 
 class BringYourOwnConfig(StrictModel):
@@ -987,6 +1026,14 @@ class StackConfig(StrictModel):
                     "autoscaler: remove it"))
             if pool.karpenter is not None and (problem := pool.karpenter_problem()):
                 raise _field_error(("nodePools", index, problem[0]), problem[1])
+            for number, zone in enumerate(pool.karpenter.zones if pool.karpenter is not None else ()):
+                region, letter = zone[:-1], zone[-1]
+                if region != cluster.region or letter not in AWS_ZONE_LETTERS:
+                    problem = (f"is in {region}, not in cluster.region {cluster.region}" if region != cluster.region
+                               else f"is not an availability zone of {region}")
+                    raise _field_error(("nodePools", index, "karpenter", "zones", number), (
+                        f"{zone!r} {problem}; use zones of {cluster.region} (from {cluster.region}a to "
+                        f"{cluster.region}{AWS_ZONE_LETTERS[-1]}, as the region has them)"))
             if pool.karpenter is not None and cluster.karpenter is None:
                 raise _field_error(("cluster", "karpenter"), (
                     f"is required: pool {pool.name!r} is a Karpenter NodePool; set cluster.karpenter.nodeRole to the "
@@ -1183,7 +1230,7 @@ def parse_stack_config(values: dict[str, Any]) -> StackConfig:
     try:
         return StackConfig.model_validate(values)
     except ValidationError as error:
-        raise ConfigError(_describe(error)) from None
+        raise ConfigError(capped(_describe(error))) from None
 
 
 # The fix of each format a config value must have, by its pattern.
@@ -1233,13 +1280,29 @@ def _dotted(loc: tuple[Any, ...]) -> str:
     return path
 
 
+SHOWN_CHARACTERS = 80  # of a value an error quotes: enough to recognise it, never a page of it
+
+
 def _shown(value: Any) -> str:
-    """A value as a stack file writes it: null, true and false as YAML spells them, anything else quoted."""
+    """A value as a stack file writes it: null, true and false as YAML spells them, anything else quoted (cut to
+    SHOWN_CHARACTERS)."""
     if value is None or isinstance(value, bool):
         return json.dumps(value)
     if isinstance(value, str):  # a URL's user:password is a credential: never shown
         value = re.sub(r"(?<=://)[^/@\s]*@", "***@", value)
-    return repr(value)
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARACTERS else f"{text[:SHOWN_CHARACTERS - 5]}...{text[-2:]}"
+
+
+# The tag pydantic puts in an error's location for each member of a union (`str`, `dict[str,constrained-int]`):
+# not a key of the stack file.
+_UNION_TAG = re.compile(r"str|int|float|bool|none|[a-z-]+\[.*\]")
+_KINDS = {"string_type": "text", "dict_type": "a mapping", "int_type": "a number", "list_type": "a list",
+          "tuple_type": "a list", "bool_type": "true or false", "float_type": "a number"}
+
+
+def _untagged(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(part for part in loc if not (isinstance(part, str) and _UNION_TAG.fullmatch(part)))
 
 
 def _model_in(annotation: Any) -> type[StrictModel] | None:
@@ -1288,10 +1351,15 @@ def _shape(loc: tuple[Any, ...]) -> str:
 
 def _describe(error: ValidationError) -> str:
     """One line for the most useful error: a misspelt key first (it explains a missing one), then the rest."""
-    errors = sorted(error.errors(), key=lambda item: item["type"] != "extra_forbidden")
+    # Of a union's members (migLayout: a layout's name or a mapping), the one that came furthest names the problem.
+    errors = sorted(error.errors(), key=lambda item: (item["type"] != "extra_forbidden",
+                                                      -len(item["loc"]) if _untagged(item["loc"]) != item["loc"] else 0))
     first = errors[0]
     message = first["msg"].removeprefix("Value error, ")
-    loc, kind, shown = first["loc"], first["type"], _shown(first["input"])
+    loc, kind, shown = _untagged(first["loc"]), first["type"], _shown(first["input"])
+    alternatives = [_KINDS.get(item["type"]) for item in errors if _untagged(item["loc"]) == loc]
+    if len(alternatives) > 1 and all(alternatives):
+        return f"{PROJECT}:{_dotted(loc)}: must be {' or '.join(dict.fromkeys(alternatives))}, not {shown}"
     if loc and loc[0] in SECRET_KEYS:
         # A credential: say what is wrong without showing any of it.
         fix = message if kind == "value_error" else "must be the text of a .dockerconfigjson document"

@@ -169,3 +169,27 @@ def test_an_entry_that_is_not_a_regular_file_is_ignored_at_once(tmp_path: Path, 
     reader.join(timeout=10)
 
     assert result == [None], "the read blocked or returned a plan"
+
+
+def test_a_relative_cache_folder_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """GPUCTL_CACHE_DIR=rel-cache would write into the folder gpuctl runs in: the checkout."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    before = set(ROOT.iterdir())
+    result = subprocess.run([sys.executable, "-m", "gpuctl", "preview", "--stack", "onprem", "--base", "HEAD",
+                             "--offline"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "GPUCTL_CACHE_DIR": "rel-cache"})
+
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: GPUCTL_CACHE_DIR rel-cache: is a relative path")
+    assert set(ROOT.iterdir()) == before
+
+
+def test_a_relative_xdg_cache_home_is_ignored(monkeypatch, tmp_path: Path) -> None:
+    """As the XDG Base Directory specification says of a relative path."""
+    monkeypatch.delenv("GPUCTL_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", "rel-cache")
+    assert basecache.folder() == Path.home() / ".cache" / "gpuctl" / "base-plans"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -330,3 +331,63 @@ def test_a_karpenter_pool_on_openshift_is_refused_in_one_line(tmp_path) -> None:
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("error: gpu-platform:nodePools[1].karpenter: applies to Kubernetes clusters on AWS")
     assert not (tmp_path / "out").exists()
+
+
+# -- every file output: never a file gpuctl did not make, a pipe or a device ---------------------------------------
+
+
+@pytest.mark.parametrize("target", ["the stack file", "a render's plan.json", "a user's file", "a named pipe",
+                                    "a link to a user's file"])
+def test_json_file_never_replaces_a_file_gpuctl_did_not_write(tmp_path: Path, rendered: Path, fifo: Path,
+                                                              target: str) -> None:
+    """As `render --out` protects a user's folder: refused in one line before anything renders, the file unchanged."""
+    mine = tmp_path / "notes.json"
+    mine.write_text('{"mine": true}\n')
+    if target == "a link to a user's file":
+        (tmp_path / "link.json").symlink_to(mine)
+    path = {"the stack file": ROOT / "Pulumi.dev.yaml", "a render's plan.json": rendered / "plan.json",
+            "a user's file": mine, "a named pipe": fifo, "a link to a user's file": tmp_path / "link.json"}[target]
+    before = {file: file.read_bytes() for file in (ROOT / "Pulumi.dev.yaml", rendered / "plan.json", mine)}
+
+    result = subprocess.run([sys.executable, "-m", "gpuctl", "preview", "--stack", "dev", "--offline", "--json-file",
+                             str(path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"error: --json-file {path}: ") and "refusing" in result.stderr, result.stderr
+    assert result.stdout == "" and {file: file.read_bytes() for file in before} == before
+
+
+def test_json_file_replaces_the_review_an_earlier_run_wrote(tmp_path: Path) -> None:
+    review = tmp_path / "review.json"
+    for _ in range(2):
+        result = subprocess.run([sys.executable, "-m", "gpuctl", "preview", "--stack", "dev", "--offline",
+                                 "--json-file", str(review)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+    assert json.loads(review.read_text())["changeSummary"]["create"] > 0
+    assert [path.name for path in tmp_path.iterdir()] == ["review.json"]
+
+
+# -- stack names as Pulumi accepts them ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("source", "problem"), [
+    (["--stack", ""], "--stack '': is not a stack name Pulumi accepts"),
+    (["--stack", "a b"], "--stack 'a b': is not a stack name Pulumi accepts"),
+    (["--stack", "a\nb"], "--stack 'a\\nb': is not a stack name Pulumi accepts"),
+    (["--stack", "../Pulumi.dev"], "--stack '../Pulumi.dev': is not a stack name Pulumi accepts"),
+    (["--config-file", ""], "--config-file: empty; pass the Pulumi.<stack>.yaml file"),
+    (["--config-file", "Pulumi.a b.yaml"], "the stack name 'a b' (from the file name) is not a stack name Pulumi "
+                                           "accepts")])
+@pytest.mark.parametrize("command", ["render", "preview"])
+def test_a_stack_name_pulumi_refuses_is_one_line(tmp_path: Path, source: list[str], problem: str,
+                                                command: str) -> None:
+    if source[-1] == "Pulumi.a b.yaml":
+        (tmp_path / source[-1]).write_text((ROOT / "Pulumi.onprem.yaml").read_text())
+        source = ["--config-file", str(tmp_path / source[-1])]
+    extra = ["--out", str(tmp_path / "out")] if command == "render" else []
+
+    result = subprocess.run([sys.executable, "-m", "gpuctl", command, *source, "--offline", *extra], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert problem in result.stderr and "None" not in result.stderr and not (tmp_path / "out").exists()

@@ -13,7 +13,7 @@ from gpuctl.diff import diff_plans, refuse_driver_removal
 from gpuctl.render import write_render
 from stacks.config import ConfigError
 from fleet.kernels import KernelTarget, ObservedNode
-from tests.conftest import ROOT, stack_config
+from tests.conftest import ROOT, render_stack, stack_config
 
 
 def named(plan: dict, name: str) -> dict:
@@ -270,3 +270,87 @@ def test_a_reader_that_stops_early_ends_diff_with_141_not_a_violation_code(rende
     process.wait(timeout=120)
 
     assert process.returncode == 141 and b"Traceback" not in stderr
+
+
+# -- list elements are named by what they are, before and after ---------------------------------------------------
+
+ASG = "aws:autoscaling/group:Group"
+
+
+def test_a_tag_removed_before_the_cluster_tag_is_the_only_tag_named(prod_plan):
+    """An element removed from the middle of an Auto Scaling Group's tags shifts the tags after it: the diff names
+    the removed tag, never the cluster's autoscaler discovery tag that stays."""
+    new = copy.deepcopy(prod_plan.document)
+    group = next(r for r in new["resources"] if r["type"] == ASG)
+    tags = group["inputs"]["tags"]
+    cluster = next(index for index, tag in enumerate(tags) if tag["key"].startswith("kubernetes.io/cluster/"))
+    assert cluster > 0, "a tag must come before the cluster tag for the shift to show"
+    removed = tags.pop(0)
+
+    [step] = diff_plans(prod_plan.document, new).steps
+
+    assert [(change.named, change.old, change.new) for change in step.changes] == [
+        (f"tags[{removed['key']}]", removed, None)]
+
+
+def test_an_element_that_changes_place_is_a_move_of_that_element_alone(prod_plan):
+    new = copy.deepcopy(prod_plan.document)
+    tags = next(r for r in new["resources"] if r["type"] == ASG)["inputs"]["tags"]
+    tags.insert(0, tags.pop())
+
+    [step] = diff_plans(prod_plan.document, new).steps
+
+    assert [(change.named, change.old, change.new) for change in step.changes] == [
+        (f"tags[{tags[0]['key']}] (moved)", f"position {len(tags) - 1}", "position 0")]
+
+
+STACKS = ("dev", "staging", "prod", "onprem", "karpenter", "openshift-4-20", "partitioned", "queue", "queue-openshift")
+
+
+def list_fields(value, parts=()):
+    """(parts, list) of every list in a resource's inputs, nested ones included."""
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    if isinstance(value, list):
+        yield parts, value
+    for key, child in children:
+        yield from list_fields(child, (*parts, key))
+
+
+def each_list_field():
+    """One resource for each list-valued field (of two elements or more) of each resource kind the stacks emit."""
+    from gpuctl.diff import dotted
+    seen = {}
+    for stack in STACKS:
+        for resource in render_stack(stack).resources:
+            for parts, items in list_fields(resource["inputs"]):
+                shape = (resource["type"], dotted([0 if isinstance(part, int) else part for part in parts]))
+                if len(items) >= 2 and shape not in seen:
+                    seen[shape] = (resource, parts)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def list_fields_of_every_kind():
+    return each_list_field()
+
+
+def test_every_list_field_of_every_kind_names_an_element_removed_or_added_alone(list_fields_of_every_kind):
+    """Remove the first element of each list (then add it back): the one change is that element, named by what it is
+    where it has a name, never a shift of the elements after it."""
+    from gpuctl.diff import ELEMENT_KEYS, dotted, property_changes
+    assert len(list_fields_of_every_kind) >= 30
+    for (kind, field), (resource, parts) in list_fields_of_every_kind.items():
+        shorter = copy.deepcopy(resource["inputs"])
+        items = shorter
+        for part in parts:
+            items = items[part]
+        element = items.pop(0)
+        name = (next((element[key] for key in ELEMENT_KEYS if isinstance(element.get(key), str)), None)
+                if isinstance(element, dict) else None if isinstance(element, list) else str(element))
+        for old, new, before, after in ((resource["inputs"], shorter, element, None),
+                                        (shorter, resource["inputs"], None, element)):
+            changes = property_changes(old, new)
+            assert [(change.path, change.old, change.new) for change in changes] == [
+                (dotted([*parts, 0]), before, after)], (kind, field, [change.to_json() for change in changes])
+            if name is not None and len({json.dumps(item, sort_keys=True) for item in items}) == len(items):
+                assert changes[0].named.endswith(f"[{name}]"), (kind, field, changes[0].named)

@@ -632,3 +632,13 @@ def test_a_preview_against_a_commit_says_its_base_is_a_re_render_and_what_that_c
     new = preview(repo, "--stack", "dev", "--offline")  # a new deployment compares with nothing: no such note
     assert new.returncode == 0, new.stderr
     assert "re-rendered" not in new.stdout
+
+
+def test_an_openshift_release_that_skips_a_minor_is_refused_in_one_line(edit_dev):
+    repo = edit_dev('release: "4.18.24"\n    kernel: 5.14.0-427.87.1.el9_4.x86_64',
+                    'release: "4.20.8"\n    kernel: 5.14.0-570.49.1.el9_6.x86_64\n'
+                    '    nfdOperatorCsv: nfd.4.20.0-202607290013')
+    result = preview(repo, "--stack", "dev", "--base", "HEAD", "--offline")
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: gpu-platform:cluster.release: 4.18.24 -> 4.20.8 skips 4.19")

@@ -9,7 +9,7 @@ import copy
 import pytest
 import yaml
 
-from gpuctl.diff import diff_plans, named_path
+from gpuctl.diff import diff_plans, property_changes
 from gpuctl.report import summary_lines, tenant_rows
 from gpuctl.summary import FleetSummary, summarize
 from tests.conftest import ROOT, render_stack, stack_config
@@ -121,8 +121,8 @@ def test_a_list_element_is_named_by_its_type_where_it_has_one() -> None:
     old = [{"type": "nvidia-a10g", "min": 0, "max": 8}, {"type": "nvidia-l4", "min": 0, "max": 8}]
     new = [{"type": "nvidia-a10g", "min": 0, "max": 8}, {"type": "nvidia-l4", "min": 0, "max": 16}]
 
-    assert named_path(["spec", "resourceLimits", "gpus", 1, "max"], {"spec": {"resourceLimits": {"gpus": old}}},
-                      {"spec": {"resourceLimits": {"gpus": new}}}) == "spec.resourceLimits.gpus[nvidia-l4].max"
+    [change] = property_changes({"spec": {"resourceLimits": {"gpus": old}}}, {"spec": {"resourceLimits": {"gpus": new}}})
+    assert change.named == "spec.resourceLimits.gpus[nvidia-l4].max"
 
 
 @pytest.mark.parametrize("written", ["false", False])

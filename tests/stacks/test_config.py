@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from fleet.kernels import KernelTarget
-from stacks.config import ConfigError, StackConfig, config_from_stack_file, parse_stack_config
+from stacks.config import MAX_ERROR_CHARACTERS, ConfigError, StackConfig, config_from_stack_file, parse_stack_config
 from tests.conftest import ROOT, config_values, stack_config
 
 Values = dict[str, Any]
@@ -1216,3 +1216,23 @@ def test_a_misspelt_optional_key_gets_the_key_it_meant(path: tuple, key: str, me
         target[key] = target.pop(meant, 1)
 
     assert config_error(misspell, "prod").endswith(f"unknown key; did you mean {meant!r}?")
+
+
+# -- an error reads as the stack file is written, at a readable length --------------------------------------------
+
+
+@pytest.mark.parametrize(("layout", "message"), [
+    (5, "gpu-platform:nodePools[0].migLayout: must be text or a mapping, not 5"),
+    ({"1g.10gb": "x"}, "gpu-platform:nodePools[0].migLayout.1g.10gb: must be a number, not 'x'; write digits only")])
+def test_a_mig_layout_of_the_wrong_type_names_the_field_not_the_validators_union(layout, message) -> None:
+    assert config_error(lambda values: pool(values).update(migLayout=layout), "partitioned") == message
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda values: pool(values).update(migLayout="x" * 30_000),
+    lambda values: values["cluster"].update(region="x" * 30_000),
+    lambda values: values["tenants"][0].update(name=["y"] * 10_000)])
+def test_a_refusal_quoting_a_huge_value_stays_readable(mutate) -> None:
+    """The field at the start and the fix at the end survive; the value is cut."""
+    message = config_error(mutate, "partitioned")
+    assert len(message) <= MAX_ERROR_CHARACTERS and message.startswith("gpu-platform:")

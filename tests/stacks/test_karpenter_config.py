@@ -119,3 +119,35 @@ def test_an_image_alias_is_refused_as_not_an_ami_id() -> None:
     message = config_error(lambda values: pool(values).update(image="al2023@v20251120"), KARPENTER)
 
     assert message.startswith("gpu-platform:nodePools[0].image:") and "write an AMI ID" in message
+
+
+@pytest.mark.parametrize(("zone", "problem"), [
+    ("us-west-2a", "'us-west-2a' is in us-west-2, not in cluster.region us-east-1"),
+    ("us-east-1z", "'us-east-1z' is not an availability zone of us-east-1")])
+def test_a_zone_outside_the_stacks_region_or_that_does_not_exist_is_refused(zone: str, problem: str) -> None:
+    """Karpenter would wait forever for a node no subnet of the region can hold."""
+    message = config_error(lambda values: pool(values)["karpenter"].update(zones=["us-east-1a", zone]), KARPENTER)
+    assert message.startswith(f"gpu-platform:nodePools[0].karpenter.zones[1]: {problem}; use zones of us-east-1")
+
+
+@pytest.mark.parametrize("expire", ["0s", "59m", "1m30s"])
+def test_an_expiry_that_replaces_nodes_as_they_launch_is_refused(expire: str) -> None:
+    message = config_error(lambda values: pool(values)["karpenter"].update(expireAfter=expire), KARPENTER)
+    assert message.startswith(f"gpu-platform:nodePools[0].karpenter.expireAfter: {expire!r} would replace each node")
+    assert message.endswith("use at least 1h (e.g. 720h), or Never")
+
+
+@pytest.mark.parametrize("field", ["expireAfter", "consolidateAfter"])
+def test_a_duration_go_cannot_read_is_refused(field: str) -> None:
+    """Karpenter parses these with Go's time.ParseDuration, which overflows past 2562047h."""
+    message = config_error(lambda values: pool(values)["karpenter"].update({field: "2562048h"}), KARPENTER)
+    assert message.startswith(f"gpu-platform:nodePools[0].karpenter.{field}: '2562048h' is longer than Karpenter can "
+                              "read")
+
+
+@pytest.mark.parametrize(("field", "value"), [("expireAfter", "1h"), ("expireAfter", "2562047h"),
+                                              ("consolidateAfter", "0s"), ("expireAfter", "Never")])
+def test_durations_karpenter_reads_that_keep_nodes_alive_are_accepted(field: str, value: str) -> None:
+    values = example()
+    pool(values)["karpenter"][field] = value
+    parse_stack_config(values)
