@@ -16,6 +16,7 @@ import pytest
 import yaml
 from kubernetes.dynamic.exceptions import ApiException
 
+from components.admission_gate import CURL_IMAGE, PROBE_NAMESPACE, tenant_probes
 from e2e.cluster import BIN, ControlPlane, missing_tools
 from e2e.kube import Kube, api_message, apply_crds, wait_for
 from e2e.stack import Stack
@@ -80,6 +81,29 @@ def apply_stack(applied: Applied, leave_out: frozenset[str] = frozenset(),
             applied.live[key] = applied.admin.apply(obj)
         except ApiException as error:
             applied.rejected[key] = api_message(error)
+    policies_in_force(applied)
+
+
+def policies_in_force(applied: Applied) -> None:
+    """Wait as `pulumi up` does before it binds any tenant (the admission gate, components/admission_gate.py): until
+    each tenant policy that was applied refuses its probe, a dry run in the probe namespace. The API server loads a
+    policy asynchronously, later under load: a test's first request could otherwise come before it."""
+    bound = {obj["metadata"]["name"] for obj in applied.live.values()
+             if obj["kind"] == "ValidatingAdmissionPolicyBinding"}
+    if PROBE_NAMESPACE not in {obj["metadata"]["name"] for obj in applied.live.values() if obj["kind"] == "Namespace"}:
+        return
+    for probe in tenant_probes(CURL_IMAGE, queue=applied.stack.config.tenancy.mode == "queue"):
+        if probe.policy not in bound:
+            continue
+        resource = applied.admin.resource("v1", probe.body["kind"])
+
+        def refused() -> bool:
+            try:
+                resource.create(body=probe.body, namespace=PROBE_NAMESPACE, dry_run="All")
+            except ApiException as error:
+                return f"ValidatingAdmissionPolicy '{probe.policy}'" in api_message(error)
+            return False
+        wait_for(refused, f"{probe.policy} in force", timeout=60)
 
 
 def prepare_cluster(stack: Stack, plane: ControlPlane, nodes: list[dict[str, Any]] | None = None) -> Kube:

@@ -578,10 +578,12 @@ def test_a_gpu_pod_asks_for_no_more_than_its_share_of_the_node(cluster: Applied,
     selector = cluster.stack.pool_selector(pool.name)
     for name, asked in (("cpu", {"cpu": f"{cpu + 1}m"}), ("memory", {"memory": f"{memory + 1}Mi"})):
         greedy = pod(f"greedy-{name}", gpus=1, resource=resource, pool=selector)
-        greedy["spec"]["containers"][0]["resources"]["requests"] = {resource: "1", **asked}
+        greedy["spec"]["containers"][0]["resources"] = {"requests": {resource: "1", **asked},
+                                                        "limits": {resource: "1", **asked}}
         text = refusal(lambda: user.create(in_namespace(greedy, tenant.name)))
         assert f"share of a node's {name}" in text
     fair = pod("fair", gpus=1, resource=resource, pool=selector)
-    fair["spec"]["containers"][0]["resources"]["requests"] = {resource: "1", "cpu": f"{cpu}m", "memory": f"{memory}Mi"}
+    share = {resource: "1", "cpu": f"{cpu}m", "memory": f"{memory}Mi"}
+    fair["spec"]["containers"][0]["resources"] = {"requests": share, "limits": share}  # the limit range's defaults
     user.create(in_namespace(fair, tenant.name))
     assert running(cluster.admin, "fair", tenant.name)["spec"]["nodeName"] in gpu_nodes(cluster, pool.name)

@@ -50,8 +50,12 @@ def test_the_queue_example_guarantees_what_its_tenants_declare(example: Plan) ->
                     if quota["name"].startswith("nvidia.com/"):
                         guaranteed[quota["name"]] = guaranteed.get(quota["name"], 0) + quota["nominalQuota"]
         assert {kind: n for kind, n in guaranteed.items() if n} == {k: n for k, n in tenant["grants"].items() if n}
-    assert example.kind("ResourceQuota") and not [quota for quota in example.kind("ResourceQuota")
-                                                  if quota["metadata"]["name"] == "gpu-quota"]
+        # ... within a ceiling of every kind: the guarantee and what it may borrow.
+        [ceiling] = [quota["spec"]["hard"] for quota in example.kind("ResourceQuota")
+                     if quota["metadata"]["name"] == "gpu-quota" and quota["metadata"]["namespace"] == name]
+        assert set(ceiling) == {f"requests.{kind}" for kind in guaranteed}
+        assert all(int(ceiling[f"requests.{kind}"]) == amount + tenant["borrowable"].get(kind, 0)
+                   for kind, amount in guaranteed.items())
 
 
 def test_there_is_an_example_on_a_current_openshift_release_whose_nodes_get_the_rhel9_driver() -> None:

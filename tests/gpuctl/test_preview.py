@@ -603,8 +603,9 @@ def test_a_config_file_previews_against_the_same_path_at_the_base(repo, edit_que
 
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
+    # Its queue borrows less, and so its ceiling is lower.
     assert [(step["op"], step["name"]) for step in document["steps"]] == [
-        ("update", "tenant-search-ranking-queue-cluster-queue")]
+        ("update", "tenant-search-ranking-gpu-quota"), ("update", "tenant-search-ranking-queue-cluster-queue")]
     assert "newStack" not in document
     again = preview(repo, "--config-file", "examples/Pulumi.queue.yaml", "--base", "HEAD", "--offline", "--json")
     assert again.stdout == result.stdout and len(list(base_plan_cache.glob("*.json"))) == 1
