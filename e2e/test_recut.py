@@ -1,0 +1,295 @@
+"""Re-cutting GPUs on live OpenShift nodes, against the real control plane: each MIG change of dev's A100 pool (two
+nodes, tenants' jobs running on both) is applied as the stack renders it, and the re-cut roll's own script
+(components/machine_labels.py) drains, relabels and waits for every node in turn, as the Job's service account
+through the real eviction API, PodDisruptionBudgets and scheduler.
+
+Applied with server-side apply in the engine's order (as e2e/test_stacks.py applies stacks), not under `pulumi up`:
+what `up` adds is the Job's replacement by its new name, which e2e/test_engine_lifecycle.py covers for the same
+pool, and `up` does not wait for the roll.
+
+Stand-ins (e2e/recut.py, each named so there): the machine API (Machines and nodelink), NVIDIA's MIG manager with
+the device plugin's advertising (after mig-parted v0.15.0 reconfigure.go Run: `failed` while a GPU pod is bound to
+the node), and the Job's pod (kwok runs no container: its script runs here as a process, with `oc` a shim over
+kubectl). Pods are kwok's: nothing runs in them, and kwok completes none (tenants' jobs keep running).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import yaml
+
+from components import labels
+from components.machine_labels import MACHINE_API_NAMESPACE
+from e2e.cluster import KWOK_STAGES, ControlPlane
+from e2e.conftest import CRDS, Applied, apply_stack, prepare_cluster
+from e2e.kube import Kube, stays, wait_for
+from e2e.recut import (BindingWatch, RollJobRunner, StandInMachineApi, StandInMigManager, gpu_pods_on,
+                       kubectl_missing)
+from e2e.stack import Stack
+from fleet.partitioning import MIG_DISABLED, is_gpu_resource
+from tests.conftest import ROOT
+
+PROJECT = "gpu-platform"
+POOL = "a100-training"
+RUNNING = tuple(stage for stage in KWOK_STAGES if stage != "pod/fast/pod-complete.yaml")  # jobs keep running
+PAUSE = "registry.k8s.io/pause:3.10"
+RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+SETTLE_SECONDS = 60
+ROLL_SECONDS = 240  # two nodes: each drained, re-cut and seen `success` (the script looks every 5 s)
+# The PodDisruptionBudget test shortens the roll's drain timeout from the Job's 600 s (the one change to the Job's
+# environment here): the budget allows no eviction, so the drain would otherwise wait the whole 600 s to fail.
+HELD_DRAIN_SECONDS = 10
+
+# dev's A100 pool with two nodes and a MIG layout, and what each tenant is given of it, per change. Each step is
+# what the user means, the pool's partitioning, and each tenant's grants of the pool's kind.
+A100_EACH = {"vision": 8, "nlp-research": 4}
+STEPS: list[tuple[str, dict[str, Any], str, dict[str, int]]] = [
+    ("the layout as deployed", {"migLayout": "all-1g.5gb"}, "1g.5gb", {"vision": 28, "nlp-research": 14}),
+    ("a MIG layout change", {"migLayout": "all-3g.20gb"}, "3g.20gb", A100_EACH),
+    ("the pool's own layout", {"migLayout": {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2}}, "2g.10gb", A100_EACH),
+    ("its own layout edited", {"migLayout": {"2g.10gb": 3}}, "2g.10gb", {"vision": 12, "nlp-research": 6}),
+    ("the layout removed", {}, "", {"vision": 4, "nlp-research": 1}),
+]
+
+
+def config_for(partitioning: dict[str, Any], profile: str, grants: dict[str, int]) -> dict[str, Any]:
+    """dev's stack file `config:` with the A100 pool at two nodes cut as `partitioning`, each tenant given `grants`
+    of `profile` (whole GPUs when there is none)."""
+    config = copy.deepcopy(yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())["config"])
+    pool = next(p for p in config[f"{PROJECT}:nodePools"] if p["name"] == POOL)
+    pool.update(replicas=2, maxReplicas=2, **partitioning)
+    for tenant in config[f"{PROJECT}:tenants"]:
+        tenant.pop("gpus", None)
+        tenant.pop("migSlices", None)
+        tenant.update({"migSlices": {profile: grants[tenant["name"]]}} if profile else {"gpus": grants[tenant["name"]]})
+    return config
+
+
+@dataclass
+class Recut:
+    """The applied stack and the stand-ins acting on its cluster."""
+
+    applied: Applied
+    machines: StandInMachineApi
+    mig: StandInMigManager
+    runner: RollJobRunner
+    watch: BindingWatch
+    step: int = 0
+
+    @property
+    def admin(self) -> Kube:
+        return self.applied.admin
+
+    @property
+    def stack(self) -> Stack:
+        return self.applied.stack
+
+    def nodes(self) -> list[str]:
+        return sorted(self.mig.gpus)
+
+    def node(self, name: str) -> dict[str, Any]:
+        return self.admin.get("v1", "Node", name)
+
+    def apply(self, config: dict[str, Any]) -> str:
+        """The stack as `config` renders it, applied; returns the name of the pool's re-cut Job."""
+        self.applied.stack = Stack.from_config("dev", config)
+        apply_stack(self.applied)
+        [job] = [obj["metadata"]["name"] for obj in self.stack.objects() if obj["kind"] == "Job"
+                 and obj["metadata"]["namespace"] == MACHINE_API_NAMESPACE
+                 and obj["metadata"]["name"].startswith(machine_set(self.stack))]
+        return job
+
+    def finished(self, job: str) -> dict[str, Any]:
+        """The Job once the Job controller has seen its pod end: its conditions by type."""
+        def probe() -> dict[str, Any] | None:
+            found = self.admin.get("batch/v1", "Job", job, MACHINE_API_NAMESPACE) or {}
+            conditions = {c["type"]: c for c in (found.get("status") or {}).get("conditions") or []
+                          if c["status"] == "True"}
+            return conditions if {"Complete", "Failed"} & set(conditions) else None
+        return wait_for(probe, f"the re-cut Job {job} finished", timeout=ROLL_SECONDS)
+
+    def tenant_jobs(self, name: str, resource: str, parallelism: int = 2, tenants: list[Any] | None = None
+                    ) -> list[str]:
+        """Each tenant's (or these tenants') Job of `parallelism` pods asking one `resource` each on the pool, created
+        as the tenant; returns the nodes its pods run on once all are Running."""
+        tenants = self.stack.tenants() if tenants is None else tenants
+        selector = self.stack.pool_selector(POOL)
+        for tenant in tenants:
+            user = self.applied.user(f"{tenant.name}-member", tenant.rbac_group)
+            user.create(job(name, tenant.name, resource, selector, parallelism))
+        return wait_for(lambda: self._running(name, parallelism, tenants), f"tenants' job {name} running",
+                        timeout=SETTLE_SECONDS)
+
+    def _running(self, name: str, parallelism: int, tenants: list[Any]) -> list[str] | None:
+        nodes = []
+        for tenant in tenants:
+            pods = [p for p in self.admin.list("v1", "Pod", tenant.name)
+                    if (p["metadata"].get("labels") or {}).get("job-name") == name
+                    and p["status"].get("phase") == "Running"]
+            if len(pods) < parallelism:
+                return None
+            nodes += [p["spec"]["nodeName"] for p in pods]
+        return nodes
+
+
+def machine_set(stack: Stack) -> str:
+    """The name of the A100 pool's MachineSet."""
+    [name] = [obj["metadata"]["name"] for obj in stack.objects() if obj["kind"] == "MachineSet"
+              and obj["spec"]["template"]["spec"]["metadata"]["labels"].get(labels.POOL_LABEL) == POOL]
+    return name
+
+
+def job(name: str, namespace: str, resource: str, selector: dict[str, str], parallelism: int) -> dict[str, Any]:
+    """A tenant's Job of pause pods, each asking one `resource`, on the pool `selector` names."""
+    container = {"name": "main", "image": PAUSE, "securityContext": dict(RESTRICTED_CONTAINER),
+                 "resources": {"limits": {resource: "1"}}}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"parallelism": parallelism, "completions": parallelism, "backoffLimit": 100, "template": {
+                "spec": {"restartPolicy": "Never", "nodeSelector": dict(selector),
+                         "tolerations": [dict(labels.GPU_TOLERATION)], "securityContext": dict(RESTRICTED_POD),
+                         "containers": [container]}}}}
+
+
+def resource_of(profile: str) -> str:
+    return f"nvidia.com/mig-{profile}" if profile else labels.GPU_RESOURCE
+
+
+@pytest.fixture(scope="module")
+def recut(tools, tmp_path_factory) -> Iterator[Recut]:
+    if not CRDS.is_dir():
+        pytest.skip(f"{CRDS} is not beside the project here: the stack's custom resources need their CRDs")
+    if kubectl_missing():
+        pytest.skip("no kubectl on PATH: the roll's `oc adm drain` and the rest run as kubectl's commands here")
+    folder = tmp_path_factory.mktemp("recut")
+    what, partitioning, profile, grants = STEPS[0]
+    stack = Stack.from_config("dev", config_for(partitioning, profile, grants))
+    with ControlPlane.start(folder / "cluster", stages=RUNNING) as plane:
+        admin = prepare_cluster(stack, plane)
+        applied = Applied(stack, plane, admin)
+        apply_stack(applied)
+        assert applied.rejected == {}, applied.rejected
+        pools = {p.name: p for p in stack.config.node_pools}
+        machine_sets = {obj["metadata"]["name"]: [n["metadata"]["name"] for n in stack.nodes() if n["metadata"][
+            "labels"].get(labels.POOL_LABEL) == obj["spec"]["template"]["spec"]["metadata"]["labels"].get(
+            labels.POOL_LABEL)] for obj in stack.objects() if obj["kind"] == "MachineSet"}
+        a100 = pools[POOL]
+        gpus = {n: (a100.instance.gpu_model, a100.instance.gpus, a100.partitioning.devices(a100.instance.gpu_model))
+                for n in machine_sets[machine_set(stack)]}
+        parts = []
+        try:
+            parts.append(StandInMachineApi(plane.kubeconfig, machine_sets))
+            parts.append(StandInMigManager(plane.kubeconfig, gpus))
+            parts.append(RollJobRunner(plane.folder, plane.server, plane.kubeconfig, folder / "jobs"))
+            parts.append(BindingWatch(plane.kubeconfig))
+            state = Recut(applied, *parts)
+            first = [obj["metadata"]["name"] for obj in stack.objects() if obj["kind"] == "Job"
+                     and obj["metadata"]["namespace"] == MACHINE_API_NAMESPACE]
+            for name in first:  # the first rolls only label the machines: every cut is already the one asked
+                assert "Complete" in state.finished(name), state.runner.run_of(name)
+            yield state
+        finally:
+            for part in reversed(parts):
+                part.close()
+            for client in [admin, *applied.users.values()]:
+                client.close()
+
+
+def advertised(node: dict[str, Any]) -> dict[str, str]:
+    return {name: value for name, value in node["status"]["capacity"].items() if is_gpu_resource(name)}
+
+
+@pytest.mark.parametrize("step", range(1, len(STEPS)), ids=[what for what, *_ in STEPS[1:]])
+def test_a_re_cut_drains_each_node_first_reaches_every_node_and_says_so(recut: Recut, step: int) -> None:
+    """Tenants' jobs run on both nodes of the old cut; the change is applied; the roll's Job completes, every node
+    carries the new layout with `success`, advertises exactly the kinds and counts the pool now gives (which the
+    tenants' quotas count), no GPU pod was bound to a node while its cut changed, and a tenant's job of the new kind
+    runs there."""
+    assert recut.step == step - 1, "the steps run in order, on one cluster"
+    _, _, old_profile, _ = STEPS[step - 1]
+    what, partitioning, profile, grants = STEPS[step]
+    before = recut.tenant_jobs(f"before-{step}", resource_of(old_profile))
+    assert set(before) == set(recut.nodes()), f"{what}: the tenants' jobs run on every node of the pool"
+
+    started = time.monotonic()
+    name = recut.apply(config_for(partitioning, profile, grants))
+    assert recut.applied.rejected == {}, recut.applied.rejected
+    conditions = recut.finished(name)
+    run = recut.runner.run_of(name)
+    took = time.monotonic() - started
+    assert "Complete" in conditions and run.code == 0, (what, run.output if run else None)
+
+    pool = next(p for p in recut.stack.config.node_pools if p.name == POOL)
+    layout = pool.partitioning.mig_layout or MIG_DISABLED
+    wanted = {resource: str(count) for resource, count in pool.advertised_per_node.items()}
+    for node_name in recut.nodes():
+        node = recut.node(node_name)
+        node_labels = node["metadata"]["labels"]
+        assert (node_labels[labels.MIG_CONFIG_LABEL], node_labels[labels.MIG_CONFIG_STATE_LABEL]) == \
+            (layout, "success"), what
+        assert not node["spec"].get("unschedulable"), f"{what}: {node_name} left cordoned"
+        assert advertised(node) == wanted, what
+        assert f"node {node_name}: re-cut " in run.output and f"node {node_name}: re-cut to {layout}" in run.output
+    # What the nodes advertise is what the tenants' quotas count: each kind by name, at the grants.
+    for tenant in recut.stack.tenants():
+        [quota] = [q for q in recut.admin.list("v1", "ResourceQuota", tenant.name)
+                   if any(is_gpu_resource(k.removeprefix("requests.")) for k in q["spec"]["hard"])]
+        hard = quota["spec"]["hard"]
+        assert all(f"requests.{resource}" in hard for resource in wanted), (what, hard)
+        assert hard[f"requests.{resource_of(profile)}"] == str(grants[tenant.name]), (what, hard)
+
+    cuts = [cut for cut in recut.mig.cuts if cut.began >= started]
+    assert sorted(cut.node for cut in cuts) == recut.nodes(), f"{what}: each node cut once"
+    assert recut.mig.refusals == [], what
+    assert recut.watch.overlapping(cuts) == [], f"{what}: a GPU pod was bound to a node while its cut changed"
+    # A tenant's job of the new kind runs on the pool.
+    assert set(recut.tenant_jobs(f"after-{step}", resource_of(profile), parallelism=1)) <= set(recut.nodes())
+    for tenant in recut.stack.tenants():
+        for name_ in (f"before-{step}", f"after-{step}"):
+            recut.admin.delete("batch/v1", "Job", name_, tenant.name)
+    wait_for(lambda: not any(gpu_pods_on(recut.admin, n) for n in recut.nodes()), "the tenants' pods gone",
+             timeout=SETTLE_SECONDS)
+    recut.step = step
+    print(f"{what}: rolled {len(cuts)} nodes in {took:.1f} s")
+
+
+def test_a_pod_disruption_budget_holds_the_roll_at_its_node_and_the_job_says_where(recut: Recut) -> None:
+    """A tenant's job guarded by a PodDisruptionBudget that allows no eviction: the roll re-cuts the nodes before its
+    node, stops there (the Job fails, its output names the node and the budget), leaves that node cordoned with its
+    old cut and its job running, and touches no node after it."""
+    assert recut.step == len(STEPS) - 1, "after the re-cuts, on the same cluster"
+    _, _, old_profile, _ = STEPS[-1]
+    tenant = recut.stack.tenants()[0]
+    user = recut.applied.user(f"{tenant.name}-member", tenant.rbac_group)
+    user.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                 "metadata": {"name": "guarded", "namespace": tenant.name},
+                 "spec": {"minAvailable": 1, "selector": {"matchLabels": {"job-name": "guarded"}}}})
+    [held] = recut.tenant_jobs("guarded", resource_of(old_profile), parallelism=1, tenants=[tenant])
+    order = recut.nodes()  # the roll takes the machines in name order, and each machine is named after its node
+    before = {n: recut.node(n)["metadata"]["labels"][labels.MIG_CONFIG_LABEL] for n in order}
+
+    recut.runner.env["DRAIN_TIMEOUT"] = str(HELD_DRAIN_SECONDS)
+    what, partitioning, profile, grants = STEPS[1]
+    name = recut.apply(config_for(partitioning, profile, grants))
+    conditions = recut.finished(name)
+    run = recut.runner.run_of(name)
+    assert "Failed" in conditions and run.code == 1, run.output if run else None
+    assert f"node {held}: not drained in {HELD_DRAIN_SECONDS}s (a PodDisruptionBudget" in run.output, run.output
+    assert "Cannot evict pod as it would violate the pod's disruption budget" in run.output, run.output
+    assert f"{tenant.name}/guarded-" in run.output or f'pods/"guarded-' in run.output, run.output
+    node = recut.node(held)
+    assert node["spec"].get("unschedulable") and node["metadata"]["labels"][labels.MIG_CONFIG_LABEL] == before[held]
+    assert recut._running("guarded", 1, [tenant]) == [held], "the guarded job runs on"
+    for other in order[order.index(held) + 1:]:
+        assert recut.node(other)["metadata"]["labels"][labels.MIG_CONFIG_LABEL] == before[other]
+        assert not recut.node(other)["spec"].get("unschedulable")
+    for earlier in order[:order.index(held)]:
+        assert recut.node(earlier)["metadata"]["labels"][labels.MIG_CONFIG_STATE_LABEL] == "success"
+    assert recut.mig.refusals == []
+    assert stays(lambda: recut.node(held)["metadata"]["labels"][labels.MIG_CONFIG_LABEL] == before[held], 3)
