@@ -91,17 +91,26 @@ class _Loop:
 class StandInMachineApi:
     """Machines for the nodes of each MachineSet, and nodelink copying their labels and taints to the nodes."""
 
-    def __init__(self, kubeconfig: Path, machines: Mapping[str, list[str]]):
-        """`machines`: MachineSet name -> its nodes, each of which gets a Machine made from the MachineSet's
-        template (as the MachineSet controller makes it) whose status names the node."""
+    def __init__(self, kubeconfig: Path, pools: Mapping[str, list[str]]):
+        """`pools`: a pool (its label on a MachineSet's template) -> its nodes. Each MachineSet, once it exists, gets
+        a Machine per node made from its template (as the MachineSet controller makes them) whose status names the
+        node."""
         self.kube = Kube(kubeconfig)
+        self.pools = pools
         apply_crds(self.kube, [MACHINE_CRD])
+        self.loop = _Loop("nodelink", self._sync)
+
+    def _create_machines(self) -> None:
         api = self.kube.resource("machine.openshift.io/v1beta1", "Machine")
-        for machine_set, nodes in machines.items():
-            template = self.kube.get("machine.openshift.io/v1beta1", "MachineSet", machine_set,
-                                     MACHINE_API_NAMESPACE)["spec"]["template"]
-            for node in nodes:
-                name = f"{machine_set}-{node.rsplit('-', 1)[-1]}"
+        have = {m["metadata"]["name"] for m in self.kube.list("machine.openshift.io/v1beta1", "Machine",
+                                                               MACHINE_API_NAMESPACE)}
+        for machine_set in self.kube.list("machine.openshift.io/v1beta1", "MachineSet", MACHINE_API_NAMESPACE):
+            template = machine_set["spec"]["template"]
+            pool = template["spec"]["metadata"]["labels"].get(labels.POOL_LABEL)
+            for node in self.pools.get(pool, []):
+                name = f"{machine_set['metadata']['name']}-{node.rsplit('-', 1)[-1]}"
+                if name in have:
+                    continue
                 api.create(namespace=MACHINE_API_NAMESPACE, body={
                     "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
                     "metadata": {"name": name, "namespace": MACHINE_API_NAMESPACE,
@@ -110,9 +119,9 @@ class StandInMachineApi:
                              "providerSpec": template["spec"]["providerSpec"]}})
                 api.status.patch(name=name, namespace=MACHINE_API_NAMESPACE, content_type=MERGE,
                                  body={"status": {"nodeRef": {"kind": "Node", "name": node}}})
-        self.loop = _Loop("nodelink", self._sync)
 
     def _sync(self) -> None:
+        self._create_machines()
         nodes = self.kube.resource("v1", "Node")
         for machine in self.kube.list("machine.openshift.io/v1beta1", "Machine", MACHINE_API_NAMESPACE):
             node_name = ((machine.get("status") or {}).get("nodeRef") or {}).get("name")
@@ -172,11 +181,14 @@ class StandInMigManager:
         self.refusals: list[tuple[str, str, list[str]]] = []  # node, layout, the GPU pods bound to it
         self.loop = _Loop("mig-manager", self._sync)
 
-    def _configuration(self) -> tuple[str, dict[str, dict[str, dict[str, int]]]]:
+    def _configuration(self) -> tuple[str, dict[str, dict[str, dict[str, int]]]] | None:
         """The configuration the ClusterPolicy gives the MIG manager: its name, and per layout per GPU model the
         devices of one GPU. Without a ConfigMap named, the operator's default-mig-parted-config (the table
-        fleet/partitioning.py reads from it)."""
-        [policy] = self.kube.list("nvidia.com/v1", "ClusterPolicy")
+        fleet/partitioning.py reads from it). None without a ClusterPolicy: no operator deploys the MIG manager."""
+        policies = self.kube.list("nvidia.com/v1", "ClusterPolicy")
+        if not policies:
+            return None
+        [policy] = policies
         name = policy["spec"]["migManager"].get("config", {}).get("name")
         if not name:
             layouts: dict[str, dict[str, dict[str, int]]] = {MIG_DISABLED: {model: {} for model in MIG_LAYOUTS}}
@@ -196,7 +208,10 @@ class StandInMigManager:
         return name, found
 
     def _sync(self) -> None:
-        config_name, layouts = self._configuration()
+        configuration = self._configuration()
+        if configuration is None:
+            return
+        config_name, layouts = configuration
         for name, gpus in self.gpus.items():
             node = self.kube.get("v1", "Node", name)
             layout = (node["metadata"].get("labels") or {}).get(labels.MIG_CONFIG_LABEL)
@@ -365,19 +380,25 @@ class RollJobRunner:
         [container] = spec["containers"]
         env = {"PATH": f"{self.folder / 'bin'}{os.pathsep}{os.environ['PATH']}", "HOME": str(self.folder),
                "KUBECONFIG": str(self._account_kubeconfig(spec["serviceAccountName"])),
-               **{item["name"]: item["value"] for item in container.get("env", [])}, **self.env}
-        done = subprocess.run(container["command"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, timeout=int(job["spec"]["activeDeadlineSeconds"]))
-        self.runs.append(RollRun(job["metadata"]["name"], done.returncode, done.stdout))
-        (self.folder / f"{job['metadata']['name']}.log").write_text(done.stdout)
-        terminated = {"exitCode": done.returncode, "reason": "Completed" if done.returncode == 0 else "Error"}
+               **{item["name"]: item.get("value", "") for item in container.get("env", [])}, **self.env}
+        log = self.log(job["metadata"]["name"])
+        with log.open("w") as out:
+            code = subprocess.run(container["command"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                  timeout=int(job["spec"]["activeDeadlineSeconds"])).returncode
+        self.runs.append(RollRun(job["metadata"]["name"], code, log.read_text()))
+        terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}
         CoreV1Api(self.kube.api).patch_namespaced_pod_status(pod["metadata"]["name"], MACHINE_API_NAMESPACE, {
-            "status": {"phase": "Succeeded" if done.returncode == 0 else "Failed", "containerStatuses": [{
+            "status": {"phase": "Succeeded" if code == 0 else "Failed", "containerStatuses": [{
                 "name": container["name"], "image": container["image"], "imageID": "", "ready": False,
                 "restartCount": 0, "state": {"terminated": terminated}}]}})
 
+    def log(self, job: str) -> Path:
+        """Where the script of `job` writes what it prints, as it prints it."""
+        return self.folder / f"{job}.log"
+
     def run_of(self, job: str) -> RollRun | None:
-        return next((run for run in self.runs if run.job == job), None)
+        """The last run of `job`'s script."""
+        return next((run for run in reversed(self.runs) if run.job == job), None)
 
     def close(self) -> None:
         self.loop.close()
@@ -386,3 +407,28 @@ class RollJobRunner:
 
 def kubectl_missing() -> bool:
     return shutil.which("kubectl") is None
+
+
+class CompleteJobPods:
+    """kwok's pod-complete stage (off on this plane, so that tenants' jobs and the re-cut Job's pod keep running) for
+    the Job pods of every namespace but `spared`: each Running one marked Succeeded, as kwok would."""
+
+    def __init__(self, kubeconfig: Path, spared: set[str]):
+        self.kube = Kube(kubeconfig)
+        self.spared = spared
+        self.loop = _Loop("complete-job-pods", self._sync)
+
+    def _sync(self) -> None:
+        core = CoreV1Api(self.kube.api)
+        for pod in core.list_pod_for_all_namespaces(label_selector="job-name").items:
+            if pod.metadata.namespace in self.spared or pod.status.phase != "Running":
+                continue
+            container = pod.spec.containers[0]
+            core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace, {"status": {
+                "phase": "Succeeded", "containerStatuses": [{
+                    "name": container.name, "image": container.image, "imageID": "", "ready": False,
+                    "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}})
+
+    def close(self) -> None:
+        self.loop.close()
+        self.kube.close()

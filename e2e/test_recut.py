@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,20 +30,25 @@ from components.machine_labels import MACHINE_API_NAMESPACE
 from e2e.cluster import KWOK_STAGES, ControlPlane
 from e2e.conftest import CRDS, Applied, apply_stack, prepare_cluster
 from e2e.kube import Kube, stays, wait_for
-from e2e.recut import (BindingWatch, RollJobRunner, StandInMachineApi, StandInMigManager, gpu_pods_on,
+from e2e.engine import Engine
+from e2e.recut import (BindingWatch, CompleteJobPods, RollJobRunner, StandInMachineApi, StandInMigManager, gpu_pods_on,
                        kubectl_missing)
 from e2e.stack import Stack
+from e2e.standins import StandInOlm
+from e2e.test_engine_lifecycle import PULL_SECRETS
+from e2e.test_engine_stacks import project_copy
 from fleet.partitioning import MIG_DISABLED, is_gpu_resource
 from tests.conftest import ROOT
 
 PROJECT = "gpu-platform"
+UNDER_ENGINE = False
 POOL = "a100-training"
 RUNNING = tuple(stage for stage in KWOK_STAGES if stage != "pod/fast/pod-complete.yaml")  # jobs keep running
 PAUSE = "registry.k8s.io/pause:3.10"
 RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}}
 RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 SETTLE_SECONDS = 60
-ROLL_SECONDS = 240  # two nodes: each drained, re-cut and seen `success` (the script looks every 5 s)
+ROLL_SECONDS = 120  # two nodes: each drained, re-cut and seen `success` (the script looks every 5 s)
 # The PodDisruptionBudget test shortens the roll's drain timeout from the Job's 600 s (the one change to the Job's
 # environment here): the budget allows no eviction, so the drain would otherwise wait the whole 600 s to fail.
 HELD_DRAIN_SECONDS = 10
@@ -57,6 +63,8 @@ STEPS: list[tuple[str, dict[str, Any], str, dict[str, int]]] = [
     ("its own layout edited", {"migLayout": {"2g.10gb": 3}}, "2g.10gb", {"vision": 12, "nlp-research": 6}),
     ("the layout removed", {}, "", {"vision": 4, "nlp-research": 1}),
 ]
+# The change a tenant's PodDisruptionBudget then holds: a layout not asked before (so a Job of a new name).
+HELD = ("a layout change held by a budget", {"migLayout": "all-2g.10gb"}, "2g.10gb", A100_EACH)
 
 
 def config_for(partitioning: dict[str, Any], profile: str, grants: dict[str, int]) -> dict[str, Any]:
@@ -77,6 +85,7 @@ class Recut:
     """The applied stack and the stand-ins acting on its cluster."""
 
     applied: Applied
+    deploy: Callable[[dict[str, Any]], None]  # the stack file's config deployed
     machines: StandInMachineApi
     mig: StandInMigManager
     runner: RollJobRunner
@@ -100,7 +109,7 @@ class Recut:
     def apply(self, config: dict[str, Any]) -> str:
         """The stack as `config` renders it, applied; returns the name of the pool's re-cut Job."""
         self.applied.stack = Stack.from_config("dev", config)
-        apply_stack(self.applied)
+        self.deploy(config)
         [job] = [obj["metadata"]["name"] for obj in self.stack.objects() if obj["kind"] == "Job"
                  and obj["metadata"]["namespace"] == MACHINE_API_NAMESPACE
                  and obj["metadata"]["name"].startswith(machine_set(self.stack))]
@@ -109,11 +118,18 @@ class Recut:
     def finished(self, job: str) -> dict[str, Any]:
         """The Job once the Job controller has seen its pod end: its conditions by type."""
         def probe() -> dict[str, Any] | None:
+            for part in (self.machines, self.mig, self.runner, self.watch):
+                if part.loop.error:  # a stand-in that stopped: say why at once
+                    raise part.loop.error
             found = self.admin.get("batch/v1", "Job", job, MACHINE_API_NAMESPACE) or {}
             conditions = {c["type"]: c for c in (found.get("status") or {}).get("conditions") or []
                           if c["status"] == "True"}
             return conditions if {"Complete", "Failed"} & set(conditions) else None
-        return wait_for(probe, f"the re-cut Job {job} finished", timeout=ROLL_SECONDS)
+        try:
+            return wait_for(probe, f"the re-cut Job {job} finished", timeout=ROLL_SECONDS)
+        except TimeoutError as error:
+            log = self.runner.log(job)
+            raise TimeoutError(f"{error}; its output:\n{log.read_text() if log.exists() else '(none)'}") from None
 
     def tenant_jobs(self, name: str, resource: str, parallelism: int = 2, tenants: list[Any] | None = None
                     ) -> list[str]:
@@ -169,36 +185,69 @@ def recut(tools, tmp_path_factory) -> Iterator[Recut]:
         pytest.skip("no kubectl on PATH: the roll's `oc adm drain` and the rest run as kubectl's commands here")
     folder = tmp_path_factory.mktemp("recut")
     what, partitioning, profile, grants = STEPS[0]
-    stack = Stack.from_config("dev", config_for(partitioning, profile, grants))
+    config = config_for(partitioning, profile, grants)
+    stack = Stack.from_config("dev", config)
+    a100 = next(p for p in stack.config.node_pools if p.name == POOL)
+    pools = {pool.name: [n["metadata"]["name"] for n in stack.nodes()
+                         if n["metadata"]["labels"].get(labels.POOL_LABEL) == pool.name]
+             for pool in stack.config.node_pools}
+    gpus = {n: (a100.instance.gpu_model, a100.instance.gpus, a100.partitioning.devices(a100.instance.gpu_model))
+            for n in pools[POOL]}
     with ControlPlane.start(folder / "cluster", stages=RUNNING) as plane:
         admin = prepare_cluster(stack, plane)
         applied = Applied(stack, plane, admin)
-        apply_stack(applied)
-        assert applied.rejected == {}, applied.rejected
-        pools = {p.name: p for p in stack.config.node_pools}
-        machine_sets = {obj["metadata"]["name"]: [n["metadata"]["name"] for n in stack.nodes() if n["metadata"][
-            "labels"].get(labels.POOL_LABEL) == obj["spec"]["template"]["spec"]["metadata"]["labels"].get(
-            labels.POOL_LABEL)] for obj in stack.objects() if obj["kind"] == "MachineSet"}
-        a100 = pools[POOL]
-        gpus = {n: (a100.instance.gpu_model, a100.instance.gpus, a100.partitioning.devices(a100.instance.gpu_model))
-                for n in machine_sets[machine_set(stack)]}
-        parts = []
+        parts: list[Any] = []
         try:
-            parts.append(StandInMachineApi(plane.kubeconfig, machine_sets))
+            deploy = engine_deploy(folder, plane, applied, parts) if UNDER_ENGINE else applied_deploy(applied)
+            parts.append(StandInMachineApi(plane.kubeconfig, pools))
             parts.append(StandInMigManager(plane.kubeconfig, gpus))
             parts.append(RollJobRunner(plane.folder, plane.server, plane.kubeconfig, folder / "jobs"))
             parts.append(BindingWatch(plane.kubeconfig))
-            state = Recut(applied, *parts)
-            first = [obj["metadata"]["name"] for obj in stack.objects() if obj["kind"] == "Job"
-                     and obj["metadata"]["namespace"] == MACHINE_API_NAMESPACE]
-            for name in first:  # the first rolls only label the machines: every cut is already the one asked
-                assert "Complete" in state.finished(name), state.runner.run_of(name)
+            state = Recut(applied, deploy, *parts[-4:])
+            name = state.apply(config)
+            # The first roll only labels the machines: every node already has the cut asked.
+            assert "Complete" in state.finished(name), state.runner.run_of(name)
             yield state
         finally:
+            errors = []
             for part in reversed(parts):
-                part.close()
+                try:
+                    part.close()
+                except Exception as error:  # noqa: BLE001 (every stand-in stops; the first error is raised)
+                    errors.append(error)
             for client in [admin, *applied.users.values()]:
                 client.close()
+            if errors:
+                raise errors[0]
+
+
+def applied_deploy(applied: Applied) -> Callable[[dict[str, Any]], None]:
+    """Server-side apply of the stack `applied` holds, in the engine's order (its config is rendered already)."""
+    def deploy(config: dict[str, Any]) -> None:
+        apply_stack(applied)
+        assert applied.rejected == {}, applied.rejected
+    return deploy
+
+
+def engine_deploy(folder: Path, plane: ControlPlane, applied: Applied, parts: list[Any]
+                  ) -> Callable[[dict[str, Any]], None]:
+    """`pulumi up` with the policy pack of the stack file's config, on a project copy with an engine of its own,
+    the stand-in for OLM and kwok's completion of the platform's own Jobs (approvers, the admission gate) running;
+    both are added to `parts` to be closed."""
+    project = project_copy(folder / "project")
+    stack_file = project / "Pulumi.dev.yaml"
+    engine = Engine.prepare(project, folder / "engine", plane.kubeconfig)
+    engine.init("dev", secrets={f"{PROJECT}:registryPullSecret": PULL_SECRETS[0]})
+    engine.run("config", "set", "--path", f"{PROJECT}:preflight", "false")  # no registry answers here
+    parts.append(StandInOlm(plane.kubeconfig))
+    parts.append(CompleteJobPods(plane.kubeconfig, {MACHINE_API_NAMESPACE, *(t.name for t in applied.stack.tenants())}))
+
+    def deploy(config: dict[str, Any]) -> None:
+        document = yaml.safe_load(stack_file.read_text())
+        document["config"].update(config)
+        stack_file.write_text(yaml.safe_dump(document, sort_keys=False))
+        engine.up(policy_pack=ROOT / "policy")
+    return deploy
 
 
 def advertised(node: dict[str, Any]) -> dict[str, str]:
@@ -238,9 +287,7 @@ def test_a_re_cut_drains_each_node_first_reaches_every_node_and_says_so(recut: R
         assert f"node {node_name}: re-cut " in run.output and f"node {node_name}: re-cut to {layout}" in run.output
     # What the nodes advertise is what the tenants' quotas count: each kind by name, at the grants.
     for tenant in recut.stack.tenants():
-        [quota] = [q for q in recut.admin.list("v1", "ResourceQuota", tenant.name)
-                   if any(is_gpu_resource(k.removeprefix("requests.")) for k in q["spec"]["hard"])]
-        hard = quota["spec"]["hard"]
+        hard = recut.admin.get("v1", "ResourceQuota", "gpu-quota", tenant.name)["spec"]["hard"]
         assert all(f"requests.{resource}" in hard for resource in wanted), (what, hard)
         assert hard[f"requests.{resource_of(profile)}"] == str(grants[tenant.name]), (what, hard)
 
@@ -275,7 +322,7 @@ def test_a_pod_disruption_budget_holds_the_roll_at_its_node_and_the_job_says_whe
     before = {n: recut.node(n)["metadata"]["labels"][labels.MIG_CONFIG_LABEL] for n in order}
 
     recut.runner.env["DRAIN_TIMEOUT"] = str(HELD_DRAIN_SECONDS)
-    what, partitioning, profile, grants = STEPS[1]
+    what, partitioning, profile, grants = HELD
     name = recut.apply(config_for(partitioning, profile, grants))
     conditions = recut.finished(name)
     run = recut.runner.run_of(name)
