@@ -48,6 +48,7 @@ PAUSE = "registry.k8s.io/pause:3.10"
 RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}}
 RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 SETTLE_SECONDS = 60
+MERGE = "application/merge-patch+json"
 ROLL_SECONDS = 120  # two nodes: each drained, re-cut and seen `success` (the script looks every 5 s)
 # The PodDisruptionBudget test shortens the roll's drain timeout from the Job's 600 s (the one change to the Job's
 # environment here): the budget allows no eviction, so the drain would otherwise wait the whole 600 s to fail.
@@ -304,6 +305,44 @@ def test_a_re_cut_drains_each_node_first_reaches_every_node_and_says_so(recut: R
              timeout=SETTLE_SECONDS)
     recut.step = step
     print(f"{what}: rolled {len(cuts)} nodes in {took:.1f} s")
+
+
+def test_a_cut_changed_under_a_running_job_fails_on_its_node_and_keeps_the_cut(recut: Recut) -> None:
+    """Why the roll drains first: a machine relabelled by hand while a tenant's job runs on its node reaches the node
+    (nodelink), and the MIG manager cannot destroy instances in use: the node reports `failed` and keeps advertising
+    its old cut. Labelled back, it reports `success` with nothing changed."""
+    assert recut.step == len(STEPS) - 1, "after the re-cuts, on the same cluster"
+    _, _, profile, _ = STEPS[-1]
+    tenant = recut.stack.tenants()[0]
+    [node_name] = recut.tenant_jobs("busy", resource_of(profile), parallelism=1, tenants=[tenant])
+    node = recut.node(node_name)
+    layout, kept = node["metadata"]["labels"][labels.MIG_CONFIG_LABEL], advertised(node)
+    machine = next(m for m in recut.admin.list("machine.openshift.io/v1beta1", "Machine", MACHINE_API_NAMESPACE)
+                   if m["status"]["nodeRef"]["name"] == node_name)
+    machines = recut.admin.resource("machine.openshift.io/v1beta1", "Machine")
+
+    def relabel(value: str) -> None:
+        machines.patch(name=machine["metadata"]["name"], namespace=MACHINE_API_NAMESPACE, content_type=MERGE,
+                       body={"spec": {"metadata": {"labels": {labels.MIG_CONFIG_LABEL: value}}}})
+
+    def state() -> tuple[str, str]:
+        found = recut.node(node_name)["metadata"]["labels"]
+        return found[labels.MIG_CONFIG_LABEL], found.get(labels.MIG_CONFIG_STATE_LABEL, "")
+
+    relabel("all-1g.5gb")
+    try:
+        wait_for(lambda: state() == ("all-1g.5gb", "failed"), "the MIG manager's refusal", timeout=SETTLE_SECONDS)
+        assert [(n, pods) for n, _, pods in recut.mig.refusals] == [(node_name, [f"{tenant.name}/{p}" for p in [
+            p["metadata"]["name"] for p in recut.admin.list("v1", "Pod", tenant.name)
+            if p["spec"].get("nodeName") == node_name]])]
+        assert advertised(recut.node(node_name)) == kept
+    finally:
+        relabel(layout)
+    wait_for(lambda: state() == (layout, "success"), "the old cut reported again", timeout=SETTLE_SECONDS)
+    assert advertised(recut.node(node_name)) == kept
+    recut.admin.delete("batch/v1", "Job", "busy", tenant.name)
+    wait_for(lambda: not gpu_pods_on(recut.admin, node_name), "the busy job's pod gone", timeout=SETTLE_SECONDS)
+    recut.mig.refusals.clear()
 
 
 def test_a_pod_disruption_budget_holds_the_roll_at_its_node_and_the_job_says_where(recut: Recut) -> None:
