@@ -4,7 +4,7 @@ nodes, tenants' jobs running on both) is applied as the stack renders it, and th
 through the real eviction API, PodDisruptionBudgets and scheduler.
 
 Applied with server-side apply in the engine's order (as e2e/test_stacks.py applies stacks), not under `pulumi up`:
-what `up` adds is the Job's replacement by its new name, which e2e/test_engine_lifecycle.py covers for the same
+what `up` adds is the Job's replacement by its new name, which e2e/test_engine_lifecycle.py deploys for the same
 pool, and `up` does not wait for the roll.
 
 Stand-ins (e2e/recut.py, each named so there): the machine API (Machines and nodelink), NVIDIA's MIG manager with
@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,18 +29,13 @@ from components.machine_labels import MACHINE_API_NAMESPACE
 from e2e.cluster import KWOK_STAGES, ControlPlane
 from e2e.conftest import CRDS, Applied, apply_stack, prepare_cluster
 from e2e.kube import Kube, stays, wait_for
-from e2e.engine import Engine
-from e2e.recut import (BindingWatch, CompleteJobPods, RollJobRunner, StandInMachineApi, StandInMigManager, gpu_pods_on,
+from e2e.recut import (BindingWatch, RollJobRunner, StandInMachineApi, StandInMigManager, gpu_pods_on,
                        kubectl_missing)
 from e2e.stack import Stack
-from e2e.standins import StandInOlm
-from e2e.test_engine_lifecycle import PULL_SECRETS
-from e2e.test_engine_stacks import project_copy
 from fleet.partitioning import MIG_DISABLED, is_gpu_resource
 from tests.conftest import ROOT
 
 PROJECT = "gpu-platform"
-UNDER_ENGINE = False
 POOL = "a100-training"
 RUNNING = tuple(stage for stage in KWOK_STAGES if stage != "pod/fast/pod-complete.yaml")  # jobs keep running
 PAUSE = "registry.k8s.io/pause:3.10"
@@ -86,7 +80,6 @@ class Recut:
     """The applied stack and the stand-ins acting on its cluster."""
 
     applied: Applied
-    deploy: Callable[[dict[str, Any]], None]  # the stack file's config deployed
     machines: StandInMachineApi
     mig: StandInMigManager
     runner: RollJobRunner
@@ -110,7 +103,8 @@ class Recut:
     def apply(self, config: dict[str, Any]) -> str:
         """The stack as `config` renders it, applied; returns the name of the pool's re-cut Job."""
         self.applied.stack = Stack.from_config("dev", config)
-        self.deploy(config)
+        apply_stack(self.applied)
+        assert self.applied.rejected == {}, self.applied.rejected
         [job] = [obj["metadata"]["name"] for obj in self.stack.objects() if obj["kind"] == "Job"
                  and obj["metadata"]["namespace"] == MACHINE_API_NAMESPACE
                  and obj["metadata"]["name"].startswith(machine_set(self.stack))]
@@ -199,12 +193,11 @@ def recut(tools, tmp_path_factory) -> Iterator[Recut]:
         applied = Applied(stack, plane, admin)
         parts: list[Any] = []
         try:
-            deploy = engine_deploy(folder, plane, applied, parts) if UNDER_ENGINE else applied_deploy(applied)
             parts.append(StandInMachineApi(plane.kubeconfig, pools))
             parts.append(StandInMigManager(plane.kubeconfig, gpus))
             parts.append(RollJobRunner(plane.folder, plane.server, plane.kubeconfig, folder / "jobs"))
             parts.append(BindingWatch(plane.kubeconfig))
-            state = Recut(applied, deploy, *parts[-4:])
+            state = Recut(applied, *parts)
             name = state.apply(config)
             # The first roll only labels the machines: every node already has the cut asked.
             assert "Complete" in state.finished(name), state.runner.run_of(name)
@@ -220,35 +213,6 @@ def recut(tools, tmp_path_factory) -> Iterator[Recut]:
                 client.close()
             if errors:
                 raise errors[0]
-
-
-def applied_deploy(applied: Applied) -> Callable[[dict[str, Any]], None]:
-    """Server-side apply of the stack `applied` holds, in the engine's order (its config is rendered already)."""
-    def deploy(config: dict[str, Any]) -> None:
-        apply_stack(applied)
-        assert applied.rejected == {}, applied.rejected
-    return deploy
-
-
-def engine_deploy(folder: Path, plane: ControlPlane, applied: Applied, parts: list[Any]
-                  ) -> Callable[[dict[str, Any]], None]:
-    """`pulumi up` with the policy pack of the stack file's config, on a project copy with an engine of its own,
-    the stand-in for OLM and kwok's completion of the platform's own Jobs (approvers, the admission gate) running;
-    both are added to `parts` to be closed."""
-    project = project_copy(folder / "project")
-    stack_file = project / "Pulumi.dev.yaml"
-    engine = Engine.prepare(project, folder / "engine", plane.kubeconfig)
-    engine.init("dev", secrets={f"{PROJECT}:registryPullSecret": PULL_SECRETS[0]})
-    engine.run("config", "set", "--path", f"{PROJECT}:preflight", "false")  # no registry answers here
-    parts.append(StandInOlm(plane.kubeconfig))
-    parts.append(CompleteJobPods(plane.kubeconfig, {MACHINE_API_NAMESPACE, *(t.name for t in applied.stack.tenants())}))
-
-    def deploy(config: dict[str, Any]) -> None:
-        document = yaml.safe_load(stack_file.read_text())
-        document["config"].update(config)
-        stack_file.write_text(yaml.safe_dump(document, sort_keys=False))
-        engine.up(policy_pack=ROOT / "policy")
-    return deploy
 
 
 def advertised(node: dict[str, Any]) -> dict[str, str]:
@@ -269,7 +233,6 @@ def test_a_re_cut_drains_each_node_first_reaches_every_node_and_says_so(recut: R
 
     started = time.monotonic()
     name = recut.apply(config_for(partitioning, profile, grants))
-    assert recut.applied.rejected == {}, recut.applied.rejected
     conditions = recut.finished(name)
     run = recut.runner.run_of(name)
     took = time.monotonic() - started
