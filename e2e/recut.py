@@ -408,3 +408,27 @@ class RollJobRunner:
 def kubectl_missing() -> bool:
     return shutil.which("kubectl") is None
 
+
+class CompleteJobPods:
+    """kwok's pod-complete stage (off on this plane, so that tenants' jobs and the re-cut Job's pod keep running) for
+    the Job pods of every namespace but `spared`: each Running one marked Succeeded, as kwok would."""
+
+    def __init__(self, kubeconfig: Path, spared: set[str]):
+        self.kube = Kube(kubeconfig)
+        self.spared = spared
+        self.loop = _Loop("complete-job-pods", self._sync)
+
+    def _sync(self) -> None:
+        core = CoreV1Api(self.kube.api)
+        for pod in core.list_pod_for_all_namespaces(label_selector="job-name").items:
+            if pod.metadata.namespace in self.spared or pod.status.phase != "Running":
+                continue
+            container = pod.spec.containers[0]
+            core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace, {"status": {
+                "phase": "Succeeded", "containerStatuses": [{
+                    "name": container.name, "image": container.image, "imageID": "", "ready": False,
+                    "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}})
+
+    def close(self) -> None:
+        self.loop.close()
+        self.kube.close()

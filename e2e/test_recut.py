@@ -1,16 +1,14 @@
-"""Re-cutting GPUs on live OpenShift nodes, against the real control plane: each MIG change of dev's A100 pool (two
-nodes, tenants' jobs running on both) is applied as the stack renders it, and the re-cut roll's own script
-(components/machine_labels.py) drains, relabels and waits for every node in turn, as the Job's service account
-through the real eviction API, PodDisruptionBudgets and scheduler.
-
-Applied with server-side apply in the engine's order (as e2e/test_stacks.py applies stacks), not under `pulumi up`:
-what `up` adds is the Job's replacement by its new name, which e2e/test_engine_lifecycle.py deploys for the same
-pool, and `up` does not wait for the roll.
+"""Re-cutting GPUs on live OpenShift nodes, under `pulumi up` against the real control plane: each MIG change of
+dev's A100 pool (two nodes, tenants' jobs running on both) is deployed by the real engine with the policy pack, and
+the re-cut roll's own script (components/machine_labels.py) then drains, relabels and waits for every node in turn,
+as the Job's service account, through the real eviction API, PodDisruptionBudgets and scheduler.
 
 Stand-ins (e2e/recut.py, each named so there): the machine API (Machines and nodelink), NVIDIA's MIG manager with
 the device plugin's advertising (after mig-parted v0.15.0 reconfigure.go Run: `failed` while a GPU pod is bound to
 the node), and the Job's pod (kwok runs no container: its script runs here as a process, with `oc` a shim over
-kubectl). Pods are kwok's: nothing runs in them, and kwok completes none (tenants' jobs keep running).
+kubectl). Pods are kwok's: nothing runs in them. kwok's pod-complete stage is off, so tenants' jobs keep running;
+the platform's own Jobs that `up` waits for (OLM's approvers, the admission gate) are completed as that stage would,
+and OLM is the stand-in of e2e/standins.py.
 """
 
 from __future__ import annotations
@@ -19,6 +17,7 @@ import copy
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,11 +26,15 @@ import yaml
 from components import labels
 from components.machine_labels import MACHINE_API_NAMESPACE
 from e2e.cluster import KWOK_STAGES, ControlPlane
-from e2e.conftest import CRDS, Applied, apply_stack, prepare_cluster
+from e2e.conftest import CRDS, Applied, prepare_cluster
 from e2e.kube import Kube, stays, wait_for
-from e2e.recut import (BindingWatch, RollJobRunner, StandInMachineApi, StandInMigManager, gpu_pods_on,
+from e2e.engine import Engine
+from e2e.recut import (BindingWatch, CompleteJobPods, RollJobRunner, StandInMachineApi, StandInMigManager, gpu_pods_on,
                        kubectl_missing)
 from e2e.stack import Stack
+from e2e.standins import StandInOlm
+from e2e.test_engine_lifecycle import PULL_SECRETS
+from e2e.test_engine_stacks import project_copy
 from fleet.partitioning import MIG_DISABLED, is_gpu_resource
 from tests.conftest import ROOT
 
@@ -77,9 +80,11 @@ def config_for(partitioning: dict[str, Any], profile: str, grants: dict[str, int
 
 @dataclass
 class Recut:
-    """The applied stack and the stand-ins acting on its cluster."""
+    """The deployed stack (its render, for look-ups), its engine, and the stand-ins acting on its cluster."""
 
     applied: Applied
+    engine: Engine
+    stack_file: Path
     machines: StandInMachineApi
     mig: StandInMigManager
     runner: RollJobRunner
@@ -101,10 +106,12 @@ class Recut:
         return self.admin.get("v1", "Node", name)
 
     def apply(self, config: dict[str, Any]) -> str:
-        """The stack as `config` renders it, applied; returns the name of the pool's re-cut Job."""
+        """`pulumi up` of the stack file with `config`; returns the name of the pool's re-cut Job."""
         self.applied.stack = Stack.from_config("dev", config)
-        apply_stack(self.applied)
-        assert self.applied.rejected == {}, self.applied.rejected
+        document = yaml.safe_load(self.stack_file.read_text())
+        document["config"].update(config)
+        self.stack_file.write_text(yaml.safe_dump(document, sort_keys=False))
+        self.engine.up(policy_pack=ROOT / "policy")
         [job] = [obj["metadata"]["name"] for obj in self.stack.objects() if obj["kind"] == "Job"
                  and obj["metadata"]["namespace"] == MACHINE_API_NAMESPACE
                  and obj["metadata"]["name"].startswith(machine_set(self.stack))]
@@ -193,11 +200,17 @@ def recut(tools, tmp_path_factory) -> Iterator[Recut]:
         applied = Applied(stack, plane, admin)
         parts: list[Any] = []
         try:
+            project = project_copy(folder / "project")
+            engine = Engine.prepare(project, folder / "engine", plane.kubeconfig)
+            engine.init("dev", secrets={f"{PROJECT}:registryPullSecret": PULL_SECRETS[0]})
+            engine.run("config", "set", "--path", f"{PROJECT}:preflight", "false")  # no registry answers here
+            parts.append(StandInOlm(plane.kubeconfig))
+            parts.append(CompleteJobPods(plane.kubeconfig, {MACHINE_API_NAMESPACE, *(t.name for t in stack.tenants())}))
             parts.append(StandInMachineApi(plane.kubeconfig, pools))
             parts.append(StandInMigManager(plane.kubeconfig, gpus))
             parts.append(RollJobRunner(plane.folder, plane.server, plane.kubeconfig, folder / "jobs"))
             parts.append(BindingWatch(plane.kubeconfig))
-            state = Recut(applied, *parts)
+            state = Recut(applied, engine, project / "Pulumi.dev.yaml", *parts[-4:])
             name = state.apply(config)
             # The first roll only labels the machines: every node already has the cut asked.
             assert "Complete" in state.finished(name), state.runner.run_of(name)
