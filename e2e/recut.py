@@ -56,7 +56,8 @@ MACHINE_CRD = {
     "spec": {"group": "machine.openshift.io", "scope": "Namespaced",
              "names": {"plural": "machines", "singular": "machine", "kind": "Machine", "listKind": "MachineList"},
              "versions": [{"name": "v1beta1", "served": True, "storage": True, "subresources": {"status": {}},
-                           "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+                           "schema": {"openAPIV3Schema": {"type": "object",
+                                                          "x-kubernetes-preserve-unknown-fields": True}}}]},
 }
 
 
