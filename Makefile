@@ -22,9 +22,9 @@ render: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, promtool, Kueue, Karpenter (its kwok provider),
-# and the Pulumi engine, its Python language host and Kubernetes provider, from the pins in e2e/tools/*/go.mod, into
-# .e2e-cache/bin; rebuilt only when a pin changes.
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, promtool, Kueue, Karpenter (its kwok
+# provider), and the Pulumi engine, its Python language host and Kubernetes provider, from the pins in
+# e2e/tools/*/go.mod, into .e2e-cache/bin; rebuilt only when a pin changes.
 e2e-tools:
 	e2e/tools/build.sh
 

@@ -23,8 +23,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "e2e" / "tools"
 BIN = Path(os.environ.get("E2E_TOOLS_BIN", ROOT / ".e2e-cache" / "bin"))
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "promtool", "kueue",
-            "karpenter-kwok")
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok", "promtool",
+            "kueue", "karpenter-kwok")
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 STOP_SECONDS = 10  # SIGTERM, then SIGKILL after this long
 READY_SECONDS = 90

@@ -25,7 +25,6 @@ acts on the real API server, polling it, and behaves as the program it stands in
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -43,6 +42,7 @@ from components import labels
 from components.machine_labels import MACHINE_API_NAMESPACE
 from components.mig_config import CONFIG_KEY
 from fleet.partitioning import MIG_DISABLED, MIG_LAYOUTS, PCI_DEVICE_IDS, Partitioning, is_gpu_resource
+from e2e.cluster import BIN
 from e2e.kube import Kube, apply_crds
 
 MERGE = "application/merge-patch+json"
@@ -315,11 +315,12 @@ class BindingWatch:
         self.kube.close()
 
 
+KUBECTL = BIN / "kubectl"  # built with the control plane from k8s.io/kubernetes (e2e/tools/k8s)
 OC_SHIM = """#!/bin/sh
 # oc, as far as the re-cut roll uses it: its `adm` commands are kubectl's own (oc vendors kubectl's drain and
 # cordon), every other verb is kubectl's of the same name.
 if [ "$1" = adm ]; then shift; fi
-exec kubectl "$@"
+exec "$KUBECTL" "$@"
 """
 
 
@@ -380,6 +381,7 @@ class RollJobRunner:
         spec = job["spec"]["template"]["spec"]
         [container] = spec["containers"]
         env = {"PATH": f"{self.folder / 'bin'}{os.pathsep}{os.environ['PATH']}", "HOME": str(self.folder),
+               "KUBECTL": str(KUBECTL),
                "KUBECONFIG": str(self._account_kubeconfig(spec["serviceAccountName"])),
                **{item["name"]: item.get("value", "") for item in container.get("env", [])}, **self.env}
         log = self.log(job["metadata"]["name"])
@@ -405,9 +407,6 @@ class RollJobRunner:
         self.loop.close()
         self.kube.close()
 
-
-def kubectl_missing() -> bool:
-    return shutil.which("kubectl") is None
 
 
 class CompleteJobPods:

@@ -29,8 +29,7 @@ from e2e.cluster import KWOK_STAGES, ControlPlane
 from e2e.conftest import CRDS, Applied, prepare_cluster
 from e2e.kube import Kube, stays, wait_for
 from e2e.engine import Engine
-from e2e.recut import (BindingWatch, CompleteJobPods, RollJobRunner, StandInMachineApi, StandInMigManager, gpu_pods_on,
-                       kubectl_missing)
+from e2e.recut import BindingWatch, CompleteJobPods, RollJobRunner, StandInMachineApi, StandInMigManager, gpu_pods_on
 from e2e.stack import Stack
 from e2e.standins import StandInOlm
 from e2e.test_engine_lifecycle import PULL_SECRETS
@@ -183,8 +182,6 @@ def resource_of(profile: str) -> str:
 def recut(tools, tmp_path_factory) -> Iterator[Recut]:
     if not CRDS.is_dir():
         pytest.skip(f"{CRDS} is not beside the project here: the stack's custom resources need their CRDs")
-    if kubectl_missing():
-        pytest.skip("no kubectl on PATH: the roll's `oc adm drain` and the rest run as kubectl's commands here")
     folder = tmp_path_factory.mktemp("recut")
     what, partitioning, profile, grants = STEPS[0]
     config = config_for(partitioning, profile, grants)

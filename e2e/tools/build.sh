@@ -75,9 +75,9 @@ build kueue kueue -- -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion
 # proxy serves (fetched once into the module cache); every other tool stays on the local Go.
 GOTOOLCHAIN=go1.27.3 build karpenter karpenter-kwok -- -ldflags "-s -w" -o "$bin/karpenter-kwok" \
   sigs.k8s.io/karpenter/kwok
-build k8s kube-apiserver kube-controller-manager kube-scheduler -- -ldflags "$k8s_ldflags" -o "$bin/" \
+build k8s kube-apiserver kube-controller-manager kube-scheduler kubectl -- -ldflags "$k8s_ldflags" -o "$bin/" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 
 # The Pulumi engine: the CLI of the release pulumi/go.mod pins, stamped with that release as its release build does
 # (pulumi's .goreleaser.yml: -X .../version.Version=v<release>, tags osusergo,grpcnotrace).
