@@ -31,7 +31,8 @@ SLACK_SECONDS = 120
 # (mig-parted v0.15.0 pkg/mig/reconfigure/reconfigure.go Run). So a node whose layout changes is cordoned and drained
 # first. The manager writes nvidia.com/mig.config.state=pending when it starts and success or failed when it ends
 # (the same Run): the Job writes `pending` before the label changes, so the `success` of the old cut is never taken
-# for the new one.
+# for the new one, and only a `failed` for the new layout stops the roll (a manager restarted by a config change may
+# still report on the old label before the new one reaches the node).
 ROLL_SCRIPT = """set -eu
 state() {
   oc get node "$1" -o jsonpath='{.metadata.labels.nvidia\\.com/mig\\.config}/{.metadata.labels.nvidia\\.com/mig\\.config\\.state}'
@@ -74,8 +75,8 @@ do
   while :; do
     case "$(state "$node")" in
       "$LAYOUT/success") break ;;
-      */failed) echo "node $node: the MIG manager reports failed for $LAYOUT; the roll stops here, the node stays" \\
-                     "cordoned (its manager's log says why)" >&2; exit 1 ;;
+      "$LAYOUT/failed") echo "node $node: the MIG manager reports failed for $LAYOUT; the roll stops here, the node" \\
+                            "stays cordoned (its manager's log says why)" >&2; exit 1 ;;
     esac
     if [ "$(date +%s)" -ge "$deadline" ]; then
       echo "node $node: no success for $LAYOUT in ${RECUT_TIMEOUT}s; the roll stops here, the node stays cordoned" >&2
