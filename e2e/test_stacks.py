@@ -71,7 +71,8 @@ def test_custom_resources_keep_every_field_the_stack_sets(applied: Applied) -> N
 
 
 def _contains(stored: Any, rendered: Any) -> bool:
-    if rendered in ([], {}) and stored is None:  # the API server omits empty lists and maps (omitempty)
+    # The API server omits empty lists, maps and strings (omitempty): an env var's empty value, for one.
+    if rendered in ([], {}, "") and stored is None:
         return True
     if isinstance(rendered, dict):
         return isinstance(stored, dict) and all(_contains(stored.get(k), v) for k, v in rendered.items())
