@@ -277,10 +277,13 @@ def test_the_nodepools_limits_stop_scale_up(cluster: Karpentered) -> None:
     needs a fifth, stays pending, and Karpenter says the pool's limits are why."""
     pool = "a10g-training"
     assert cluster.nodepool(pool)["spec"]["limits"] == {"nodes": "4", GPU: "16"}
-    for tenant, name in (("llm-training", "big-0"), ("llm-training", "big-1"), ("analytics", "big-2"),
-                         ("search-ranking", "big-3")):
+    bigs = (("llm-training", "big-0"), ("llm-training", "big-1"), ("analytics", "big-2"), ("search-ranking", "big-3"))
+    for tenant, name in bigs:
         cluster.tenant(tenant).create(in_namespace(gpu_pod(cluster, name, pool, 3), tenant))
-    wait_for(lambda: len(cluster.pool_nodes(pool)) == 4, "4 nodes launched", SETTLE_SECONDS)
+    # Each on a node of its own before the next job comes: a node launched for one may otherwise take another.
+    wait_for(lambda: len(cluster.pool_nodes(pool)) == 4 and all(
+        (found := cluster.admin.get("v1", "Pod", name, tenant)) and found["status"].get("phase") == "Running"
+        for tenant, name in bigs), "4 nodes launched, a job running on each", SETTLE_SECONDS)
     cluster.tenant("llm-training").create(in_namespace(gpu_pod(cluster, "small", pool, 2), "llm-training"))
     assert stays(lambda: len(cluster.pool_nodes(pool)) == 4 and cluster.admin.get(
         "v1", "Pod", "small", "llm-training")["status"].get("phase") == "Pending", QUIET_SECONDS)
