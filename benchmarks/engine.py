@@ -24,6 +24,7 @@ Times are printed as each run ends, never asserted.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -71,8 +72,8 @@ def resources(engine: Engine) -> int:
     return len(engine.export()["deployment"].get("resources", []))
 
 
-def measure(tenants: int, folder: Path, *, previews: bool = True, settings: dict[str, str] | None = None
-            ) -> dict[str, float | int]:
+def measure(tenants: int, folder: Path, *, previews: bool = True, additions: bool = True,
+            settings: dict[str, str] | None = None) -> dict[str, float | int]:
     """Wall-clock seconds of each step on a fresh cluster and stack, with `settings` for the engine."""
     stack = Stack.render(STACK)
     with ControlPlane.start(folder / "cluster") as plane:
@@ -92,9 +93,19 @@ def measure(tenants: int, folder: Path, *, previews: bool = True, settings: dict
             subprocess.run([*git, "commit", "-qm", "deployed"], cwd=project, check=True)
             env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig)}
 
-            def gpuctl(*args: str) -> None:
-                subprocess.run([sys.executable, "-m", "gpuctl", *args, "--stack", STACK], cwd=project, env=env,
-                               check=True, capture_output=True)
+            def gpuctl(*args: str) -> str:
+                return subprocess.run([sys.executable, "-m", "gpuctl", *args, "--stack", STACK], cwd=project,
+                                      env=env, check=True, capture_output=True, text=True).stdout
+
+            def deployed() -> None:
+                subprocess.run([*git, "commit", "-qam", "deployed"], cwd=project, check=True)
+
+            def targeted() -> None:
+                """`pulumi up` of only what gpuctl's preview against the deployed commit says changes."""
+                review = json.loads(gpuctl("preview", "--base", "HEAD", "--format", "json", "--no-cache"))
+                changes = [step["urn"] for step in review["steps"] if step["op"] != "same"]
+                engine.run("up", "--yes", "--skip-preview", *(arg for urn in changes for arg in ("--target", urn)),
+                           timeout=FLEET_SECONDS)
 
             results: dict[str, float | int] = {}
             if previews:
@@ -103,20 +114,26 @@ def measure(tenants: int, folder: Path, *, previews: bool = True, settings: dict
                     lambda: gpuctl("preview", "--format", "json", "--no-cache"))
             results["pulumi up (first deploy)"], _ = timed(lambda: engine.up(policy_pack=None, timeout=FLEET_SECONDS))
             results["resources"] = resources(engine)
-            if not previews:
+            if not additions:
                 return results
-            results["gpuctl render --offline"], _ = timed(
-                lambda: gpuctl("render", "--offline", "--out", str(folder / "render")))
+            if previews:
+                results["gpuctl render --offline"], _ = timed(
+                    lambda: gpuctl("render", "--offline", "--out", str(folder / "render")))
             with_tenants(project, ["one-more"])
-            results["pulumi preview (one tenant added)"], _ = timed(lambda: engine.preview(timeout=FLEET_SECONDS))
-            results["gpuctl preview --base HEAD (one tenant added)"], _ = timed(
-                lambda: gpuctl("preview", "--base", "HEAD", "--format", "json", "--no-cache"))
+            if previews:
+                results["pulumi preview (one tenant added)"], _ = timed(lambda: engine.preview(timeout=FLEET_SECONDS))
+                results["gpuctl preview --base HEAD (one tenant added)"], _ = timed(
+                    lambda: gpuctl("preview", "--base", "HEAD", "--format", "json", "--no-cache"))
             results["pulumi up (one tenant added)"], _ = timed(lambda: engine.up(policy_pack=None, timeout=FLEET_SECONDS))
+            deployed()
             with_tenants(project, ["another-one"])
             checkpoints = replace(engine, settings={key: value for key, value in engine.settings.items()
                                                     if key != SKIP_CHECKPOINTS})
             results["pulumi up (one more tenant, a checkpoint after every step)"], _ = timed(
                 lambda: checkpoints.up(policy_pack=None, timeout=FLEET_SECONDS))
+            deployed()
+            with_tenants(project, ["a-third-one"])
+            results["gpuctl preview, then pulumi up --target its changes (one more)"], _ = timed(targeted)
             return results
         finally:
             charts.close()
@@ -132,7 +149,7 @@ def report(title: str, results: dict[str, float | int]) -> None:
     print(title, flush=True)
     for name, seconds in results.items():
         print(f"  {name:<60} {seconds:7.1f} s", flush=True)
-    if "gpuctl render --offline" in results:
+    if "pulumi preview (new stack)" in results:
         print(f"  {'program share of the first pulumi up (at most)':<60} "
               f"{results['gpuctl render --offline'] / results['pulumi up (first deploy)']:7.0%}")
         for change in ("new stack", "one tenant added"):
@@ -154,20 +171,21 @@ def main() -> None:
                         help="comma-separated: extra tenants of the fleets whose first `up` runs with and without "
                              "checkpoints")
     parser.add_argument("--no-shipped", action="store_true", help="leave out the stack as shipped")
+    parser.add_argument("--no-previews", action="store_true", help="time the updates only")
     args = parser.parse_args()
     print(f"load average at the start: {' '.join(f'{load:.2f}' for load in os.getloadavg())}", flush=True)
     if not args.no_shipped:
         shipped = in_scratch(0)
         report(f"{STACK} as shipped ({shipped.pop('resources')} resources):", shipped)
     for tenants in args.tenants:
-        results = in_scratch(tenants, settings=FLEET_SETTINGS)
+        results = in_scratch(tenants, previews=not args.no_previews, settings=FLEET_SETTINGS)
         report(f"{STACK} with {tenants} more tenants ({results.pop('resources')} resources), `pulumi up` with "
                f"{' '.join(f'{key}={value}' for key, value in FLEET_SETTINGS.items())}:", results)
     for tenants in args.checkpoint_tenants:
         results = {}
         for title, settings in (("a checkpoint after every step", None),
                                 ("PULUMI_SKIP_CHECKPOINTS=true", FLEET_SETTINGS)):
-            run = in_scratch(tenants, previews=False, settings=settings)
+            run = in_scratch(tenants, previews=False, additions=False, settings=settings)
             results[f"first pulumi up, {title}"] = run["pulumi up (first deploy)"]
         report(f"{STACK} with {tenants} more tenants ({run['resources']} resources), the file backend's "
                "checkpoints:", results)
