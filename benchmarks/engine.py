@@ -15,7 +15,7 @@ fleets of tenants, in one run, on the wall clock:
   step, so an update's checkpoints grow with the square of its resources: the fleets' `up` runs with them skipped,
   as the deploy workflow runs it (docs/deploying.md, docs/performance.md).
 
-    python -m benchmarks.engine [--tenants 500,1000] [--checkpoint-tenants 100,150]
+    python -m benchmarks.engine [--tenants 500,1000] [--checkpoint-tenants 100,150] [--no-previews | --previews-only]
     (needs the e2e tools and ../shared/reference/crds; a first deploy with checkpoints passes an hour at 300)
 
 Times are printed as each run ends, never asserted.
@@ -72,7 +72,7 @@ def resources(engine: Engine) -> int:
     return len(engine.export()["deployment"].get("resources", []))
 
 
-def measure(tenants: int, folder: Path, *, previews: bool = True, additions: bool = True,
+def measure(tenants: int, folder: Path, *, previews: bool = True, updates: bool = True, additions: bool = True,
             settings: dict[str, str] | None = None) -> dict[str, float | int]:
     """Wall-clock seconds of each step on a fresh cluster and stack, with `settings` for the engine."""
     stack = Stack.render(STACK)
@@ -109,9 +109,12 @@ def measure(tenants: int, folder: Path, *, previews: bool = True, additions: boo
 
             results: dict[str, float | int] = {}
             if previews:
-                results["pulumi preview (new stack)"], _ = timed(lambda: engine.preview(timeout=FLEET_SECONDS))
+                results["pulumi preview (new stack)"], report = timed(lambda: engine.preview(timeout=FLEET_SECONDS))
+                results["resources"] = len(report.get("steps", []))
                 results["gpuctl preview (new stack)"], _ = timed(
                     lambda: gpuctl("preview", "--format", "json", "--no-cache"))
+            if not updates:
+                return results
             results["pulumi up (first deploy)"], _ = timed(lambda: engine.up(policy_pack=None, timeout=FLEET_SECONDS))
             results["resources"] = resources(engine)
             if not additions:
@@ -149,10 +152,11 @@ def report(title: str, results: dict[str, float | int]) -> None:
     print(title, flush=True)
     for name, seconds in results.items():
         print(f"  {name:<60} {seconds:7.1f} s", flush=True)
-    if "pulumi preview (new stack)" in results:
+    if "gpuctl render --offline" in results:
         print(f"  {'program share of the first pulumi up (at most)':<60} "
               f"{results['gpuctl render --offline'] / results['pulumi up (first deploy)']:7.0%}")
-        for change in ("new stack", "one tenant added"):
+    for change in ("new stack", "one tenant added"):
+        if f"pulumi preview ({change})" in results:
             engine = results[f"pulumi preview ({change})"]
             ours = next(value for name, value in results.items() if name.startswith("gpuctl preview")
                         and name.endswith(f"({change})"))
@@ -172,13 +176,15 @@ def main() -> None:
                              "checkpoints")
     parser.add_argument("--no-shipped", action="store_true", help="leave out the stack as shipped")
     parser.add_argument("--no-previews", action="store_true", help="time the updates only")
+    parser.add_argument("--previews-only", action="store_true", help="time the previews of a new stack only")
     args = parser.parse_args()
     print(f"load average at the start: {' '.join(f'{load:.2f}' for load in os.getloadavg())}", flush=True)
     if not args.no_shipped:
         shipped = in_scratch(0)
         report(f"{STACK} as shipped ({shipped.pop('resources')} resources):", shipped)
     for tenants in args.tenants:
-        results = in_scratch(tenants, previews=not args.no_previews, settings=FLEET_SETTINGS)
+        results = in_scratch(tenants, previews=not args.no_previews, updates=not args.previews_only,
+                             settings=FLEET_SETTINGS)
         report(f"{STACK} with {tenants} more tenants ({results.pop('resources')} resources), `pulumi up` with "
                f"{' '.join(f'{key}={value}' for key, value in FLEET_SETTINGS.items())}:", results)
     for tenants in args.checkpoint_tenants:
