@@ -185,8 +185,9 @@ def main() -> None:
     for tenants in args.tenants:
         results = in_scratch(tenants, previews=not args.no_previews, updates=not args.previews_only,
                              settings=FLEET_SETTINGS)
-        report(f"{STACK} with {tenants} more tenants ({results.pop('resources')} resources), `pulumi up` with "
-               f"{' '.join(f'{key}={value}' for key, value in FLEET_SETTINGS.items())}:", results)
+        settings = "" if args.previews_only else ", `pulumi up` with " + " ".join(
+            f"{key}={value}" for key, value in FLEET_SETTINGS.items())
+        report(f"{STACK} with {tenants} more tenants ({results.pop('resources')} resources){settings}:", results)
     for tenants in args.checkpoint_tenants:
         results = {}
         for title, settings in (("a checkpoint after every step", None),
