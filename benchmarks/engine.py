@@ -1,39 +1,43 @@
-"""`pulumi preview` against `gpuctl preview` of the same stack and change, and the program's share of `pulumi up`.
+"""`pulumi preview` against `gpuctl preview` of the same stack and change, and `pulumi up` of a fleet of tenants.
 
 Runs the real engine built by `make e2e-tools` against a local control plane (e2e/), on the bring-your-own onprem
-stack (it registers nothing of AWS, whose provider cannot be built here), at its shipped size and with a generated
-fleet of tenants, in one run, on the wall clock:
+stack (it registers nothing of AWS, whose provider cannot be built here), at its shipped size and with generated
+fleets of tenants, in one run, on the wall clock:
 
 - a new stack: `pulumi preview` (engine, provider, live discovery) against `gpuctl preview` (the same program under
   the mock runtime, live discovery too);
-- `pulumi up` of it, against one `gpuctl render --offline`: the program registering the same resources with every
-  answer immediate, so an upper bound of the program's own share of the update;
-- then a change (one tenant added): `pulumi preview` against `gpuctl preview --base HEAD`;
-- and the cost of the file backend's checkpoints: `pulumi up` of a mid-sized fleet with and without
-  PULUMI_SKIP_CHECKPOINTS. The file backend rewrites the whole state after every step, so an update's checkpoints
-  grow with the square of its resources: the fleet's `up` is measured with them skipped (docs/performance.md).
+- the first `pulumi up` of it, against one `gpuctl render --offline`: the program registering the same resources
+  with every answer immediate, so an upper bound of the program's own share of the update;
+- then a change (one tenant added): `pulumi preview` against `gpuctl preview --base HEAD`, and `pulumi up` of it;
+  then one more tenant added, `pulumi up` with a checkpoint after every step (the engine's default), the baseline;
+- and the cost of the file backend's checkpoints: the first `pulumi up` of smaller fleets with a checkpoint after
+  every step (the default) and with PULUMI_SKIP_CHECKPOINTS. The file backend rewrites the whole state after every
+  step, so an update's checkpoints grow with the square of its resources: the fleets' `up` runs with them skipped,
+  as the deploy workflow runs it (docs/deploying.md, docs/performance.md).
 
-    python -m benchmarks.engine [--tenants 1000] [--checkpoint-tenants 150]
-    (needs the e2e tools and ../shared/reference/crds)
+    python -m benchmarks.engine [--tenants 500,1000] [--checkpoint-tenants 100,150] [--no-previews | --previews-only]
+    (needs the e2e tools and ../shared/reference/crds; a first deploy with checkpoints passes an hour at 300)
 
-Times are printed, never asserted.
+Times are printed as each run ends, never asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
 
 from e2e.cluster import ControlPlane
 from e2e.conftest import prepare_cluster
-from e2e.engine import Engine
+from e2e.engine import FLEET_SETTINGS, Engine
 from e2e.stack import Stack
 from e2e.standins import StandInCharts
 from e2e.test_engine_lifecycle import CHARTS, PROJECT
@@ -48,20 +52,28 @@ def timed(run) -> tuple[float, object]:
     return time.perf_counter() - start, result
 
 
-def with_tenants(project: Path, count: int) -> None:
-    """The stack file with `count` more tenants (no GPUs, so the capacity policy still passes)."""
+def with_tenants(project: Path, names: list[str]) -> None:
+    """The stack file with more tenants (no GPUs, so the capacity policy still passes)."""
     path = project / f"Pulumi.{STACK}.yaml"
     document = yaml.safe_load(path.read_text())
-    document["config"][f"{PROJECT}:tenants"] += [{"name": f"team-{n:04d}", "gpus": 0, "group": f"team-{n:04d}"}
-                                                 for n in range(count)]
+    document["config"][f"{PROJECT}:tenants"] += [{"name": name, "gpus": 0, "group": name} for name in names]
     path.write_text(yaml.safe_dump(document, sort_keys=False))
 
 
-SKIP_CHECKPOINTS = {"PULUMI_SKIP_CHECKPOINTS": "true"}  # state written once, when the update ends
+def fleet(count: int) -> list[str]:
+    return [f"team-{n:04d}" for n in range(count)]
 
 
-def measure(tenants: int, folder: Path, *, previews: bool = True, settings: dict[str, str] | None = None
-            ) -> dict[str, float | int]:
+SKIP_CHECKPOINTS = "PULUMI_SKIP_CHECKPOINTS"  # FLEET_SETTINGS: state written once, when the update ends
+FLEET_SECONDS = 3 * 3600  # the bound of one command: a first deploy with checkpoints grows with the square
+
+
+def resources(engine: Engine) -> int:
+    return len(engine.export()["deployment"].get("resources", []))
+
+
+def measure(tenants: int, folder: Path, *, previews: bool = True, updates: bool = True, additions: bool = True,
+            settings: dict[str, str] | None = None) -> dict[str, float | int]:
     """Wall-clock seconds of each step on a fresh cluster and stack, with `settings` for the engine."""
     stack = Stack.render(STACK)
     with ControlPlane.start(folder / "cluster") as plane:
@@ -73,7 +85,7 @@ def measure(tenants: int, folder: Path, *, previews: bool = True, settings: dict
             engine.init(STACK)
             for key, value in ((f"{PROJECT}:preflight", "false"), (f"{PROJECT}:charts.mirror", charts.url)):
                 engine.run("config", "set", "--path", key, value)
-            with_tenants(project, tenants)
+            with_tenants(project, fleet(tenants))
             git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@127.0.0.1"]
             subprocess.run(["git", "init", "-q"], cwd=project, check=True)
             (project / ".git" / "info" / "exclude").write_text(".venv\n")
@@ -81,28 +93,50 @@ def measure(tenants: int, folder: Path, *, previews: bool = True, settings: dict
             subprocess.run([*git, "commit", "-qm", "deployed"], cwd=project, check=True)
             env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig)}
 
-            def gpuctl(*args: str) -> None:
-                subprocess.run([sys.executable, "-m", "gpuctl", *args, "--stack", STACK], cwd=project, env=env,
-                               check=True, capture_output=True)
+            def gpuctl(*args: str) -> str:
+                return subprocess.run([sys.executable, "-m", "gpuctl", *args, "--stack", STACK], cwd=project,
+                                      env=env, check=True, capture_output=True, text=True).stdout
+
+            def deployed() -> None:
+                subprocess.run([*git, "commit", "-qam", "deployed"], cwd=project, check=True)
+
+            def targeted() -> None:
+                """`pulumi up` of only what gpuctl's preview against the deployed commit says changes."""
+                review = json.loads(gpuctl("preview", "--base", "HEAD", "--format", "json", "--no-cache"))
+                changes = [step["urn"] for step in review["steps"] if step["op"] != "same"]
+                engine.run("up", "--yes", "--skip-preview", *(arg for urn in changes for arg in ("--target", urn)),
+                           timeout=FLEET_SECONDS)
 
             results: dict[str, float | int] = {}
             if previews:
-                results["engine preview (new)"], report = timed(engine.preview)
+                results["pulumi preview (new stack)"], report = timed(lambda: engine.preview(timeout=FLEET_SECONDS))
                 results["resources"] = len(report.get("steps", []))
-                results["gpuctl preview (new)"], _ = timed(
+                results["gpuctl preview (new stack)"], _ = timed(
                     lambda: gpuctl("preview", "--format", "json", "--no-cache"))
-            results["pulumi up"], _ = timed(lambda: engine.up(policy_pack=None))
-            if not previews:
+            if not updates:
                 return results
-            results["gpuctl render --offline"], _ = timed(
-                lambda: gpuctl("render", "--offline", "--out", str(folder / "render")))
-            path = project / f"Pulumi.{STACK}.yaml"
-            document = yaml.safe_load(path.read_text())
-            document["config"][f"{PROJECT}:tenants"].append({"name": "one-more", "gpus": 0})
-            path.write_text(yaml.safe_dump(document, sort_keys=False))
-            results["engine preview (one tenant added)"], _ = timed(engine.preview)
-            results["gpuctl preview --base HEAD (one tenant added)"], _ = timed(
-                lambda: gpuctl("preview", "--base", "HEAD", "--format", "json", "--no-cache"))
+            results["pulumi up (first deploy)"], _ = timed(lambda: engine.up(policy_pack=None, timeout=FLEET_SECONDS))
+            results["resources"] = resources(engine)
+            if not additions:
+                return results
+            if previews:
+                results["gpuctl render --offline"], _ = timed(
+                    lambda: gpuctl("render", "--offline", "--out", str(folder / "render")))
+            with_tenants(project, ["one-more"])
+            if previews:
+                results["pulumi preview (one tenant added)"], _ = timed(lambda: engine.preview(timeout=FLEET_SECONDS))
+                results["gpuctl preview --base HEAD (one tenant added)"], _ = timed(
+                    lambda: gpuctl("preview", "--base", "HEAD", "--format", "json", "--no-cache"))
+            results["pulumi up (one tenant added)"], _ = timed(lambda: engine.up(policy_pack=None, timeout=FLEET_SECONDS))
+            deployed()
+            with_tenants(project, ["another-one"])
+            checkpoints = replace(engine, settings={key: value for key, value in engine.settings.items()
+                                                    if key != SKIP_CHECKPOINTS})
+            results["pulumi up (one more tenant, a checkpoint after every step)"], _ = timed(
+                lambda: checkpoints.up(policy_pack=None, timeout=FLEET_SECONDS))
+            deployed()
+            with_tenants(project, ["a-third-one"])
+            results["gpuctl preview, then pulumi up --target its changes (one more)"], _ = timed(targeted)
             return results
         finally:
             charts.close()
@@ -115,30 +149,54 @@ def in_scratch(tenants: int, **options) -> dict[str, float | int]:
 
 
 def report(title: str, results: dict[str, float | int]) -> None:
-    print(title)
+    print(title, flush=True)
     for name, seconds in results.items():
-        print(f"  {name:<48} {seconds:7.1f} s")
+        print(f"  {name:<60} {seconds:7.1f} s", flush=True)
     if "gpuctl render --offline" in results:
-        print(f"  {'program share of pulumi up (at most)':<48} "
-              f"{results['gpuctl render --offline'] / results['pulumi up']:7.0%}")
+        print(f"  {'program share of the first pulumi up (at most)':<60} "
+              f"{results['gpuctl render --offline'] / results['pulumi up (first deploy)']:7.0%}")
+    for change in ("new stack", "one tenant added"):
+        if f"pulumi preview ({change})" in results:
+            engine = results[f"pulumi preview ({change})"]
+            ours = next(value for name, value in results.items() if name.startswith("gpuctl preview")
+                        and name.endswith(f"({change})"))
+            print(f"  {f'pulumi preview / gpuctl preview ({change})':<60} {engine / ours:7.1f} x", flush=True)
+
+
+def sizes(text: str) -> list[int]:
+    return [int(size) for size in text.split(",") if size]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tenants", type=int, default=1000, help="the generated fleet's extra tenants")
-    parser.add_argument("--checkpoint-tenants", type=int, default=150,
-                        help="extra tenants of the fleet whose `up` runs with and without checkpoints")
+    parser.add_argument("--tenants", type=sizes, default=[1000],
+                        help="comma-separated: the generated fleets' extra tenants (deployed with checkpoints skipped)")
+    parser.add_argument("--checkpoint-tenants", type=sizes, default=[150],
+                        help="comma-separated: extra tenants of the fleets whose first `up` runs with and without "
+                             "checkpoints")
+    parser.add_argument("--no-shipped", action="store_true", help="leave out the stack as shipped")
+    parser.add_argument("--no-previews", action="store_true", help="time the updates only")
+    parser.add_argument("--previews-only", action="store_true", help="time the previews of a new stack only")
     args = parser.parse_args()
-    shipped = in_scratch(0)
-    report(f"{STACK} as shipped ({shipped.pop('resources')} resources):", shipped)
-    fleet = in_scratch(args.tenants, settings=SKIP_CHECKPOINTS)
-    report(f"{STACK} with {args.tenants} more tenants ({fleet.pop('resources')} resources), `pulumi up` with "
-           "PULUMI_SKIP_CHECKPOINTS=true:", fleet)
-    checkpoints = {
-        "pulumi up, a checkpoint after every step": in_scratch(args.checkpoint_tenants, previews=False)["pulumi up"],
-        "pulumi up, PULUMI_SKIP_CHECKPOINTS=true": in_scratch(
-            args.checkpoint_tenants, previews=False, settings=SKIP_CHECKPOINTS)["pulumi up"]}
-    report(f"{STACK} with {args.checkpoint_tenants} more tenants, the file backend's checkpoints:", checkpoints)
+    print(f"load average at the start: {' '.join(f'{load:.2f}' for load in os.getloadavg())}", flush=True)
+    if not args.no_shipped:
+        shipped = in_scratch(0)
+        report(f"{STACK} as shipped ({shipped.pop('resources')} resources):", shipped)
+    for tenants in args.tenants:
+        results = in_scratch(tenants, previews=not args.no_previews, updates=not args.previews_only,
+                             settings=FLEET_SETTINGS)
+        settings = "" if args.previews_only else ", `pulumi up` with " + " ".join(
+            f"{key}={value}" for key, value in FLEET_SETTINGS.items())
+        report(f"{STACK} with {tenants} more tenants ({results.pop('resources')} resources){settings}:", results)
+    for tenants in args.checkpoint_tenants:
+        results = {}
+        for title, settings in (("a checkpoint after every step", None),
+                                ("PULUMI_SKIP_CHECKPOINTS=true", FLEET_SETTINGS)):
+            run = in_scratch(tenants, previews=False, additions=False, settings=settings)
+            results[f"first pulumi up, {title}"] = run["pulumi up (first deploy)"]
+        report(f"{STACK} with {tenants} more tenants ({run['resources']} resources), the file backend's "
+               "checkpoints:", results)
+    print(f"load average at the end: {' '.join(f'{load:.2f}' for load in os.getloadavg())}", flush=True)
 
 
 if __name__ == "__main__":

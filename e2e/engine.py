@@ -28,6 +28,18 @@ UPDATE_SECONDS = 600
 TAIL_LINES = 40
 
 
+# How a fleet is deployed (docs/deploying.md): the state written once, when the update ends, rather than after every
+# step (the file backend rewrites all of it each time: pkg/backend/snapshot.go, NewSnapshotManager, unsafeServiceLoop);
+# and after a killed update, the next one's creates take over what the killed one made. The provider's create is a
+# server-side apply (pulumi-kubernetes pkg/await/await.go, Creation: "we currently always upsert the object"), under a
+# field manager drawn at random per resource (pkg/provider/provider.go, fieldManagerName), so a field the API server
+# keeps whole (a ValidatingAdmissionPolicy's spec.matchConstraints, defaulted) conflicts with the killed update's
+# manager unless the apply is forced (pkg/await/await.go, patchForce: PULUMI_K8S_ENABLE_PATCH_FORCE).
+FLEET_SETTINGS = {"PULUMI_SKIP_CHECKPOINTS": "true", "PULUMI_K8S_ENABLE_PATCH_FORCE": "true"}
+# A new fleet's first update: everything but the tenants (`pulumi up` options), with the engine's checkpoints.
+PLATFORM_FIRST = ("--exclude", "**gpu-platform:index:TenantQuota**", "--exclude-dependents")
+
+
 class EngineError(AssertionError):
     """A pulumi command failed (or outlived its bound): the command and the end of what it printed."""
 
@@ -150,12 +162,13 @@ class Engine:
         for key, value in (secrets or {}).items():
             self.run("config", "set", "--secret", key, value)
 
-    def preview(self, *, expect_no_changes: bool = False, policy_pack: Path | None = None) -> dict[str, Any]:
+    def preview(self, *, expect_no_changes: bool = False, policy_pack: Path | None = None,
+                timeout: float = PREVIEW_SECONDS) -> dict[str, Any]:
         """`pulumi preview --json --diff`: the engine's steps (op and URN per resource), summary and diagnostics."""
         args = ["preview", "--json", "--diff", *self._policy(policy_pack)]
         if expect_no_changes:
             args.append("--expect-no-changes")
-        result = self.run(*args, check=False)
+        result = self.run(*args, check=False, timeout=timeout)
         try:
             report = json.loads(result.stdout)
         except json.JSONDecodeError:
@@ -168,9 +181,9 @@ class Engine:
                               + f"\n{_tail(result.stderr)}")
         return report
 
-    def up(self, *, policy_pack: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
-        return self.run("up", "--yes", "--skip-preview", *self._policy(policy_pack), timeout=UPDATE_SECONDS,
-                        check=check)
+    def up(self, *, policy_pack: Path | None = None, check: bool = True,
+           timeout: float = UPDATE_SECONDS) -> subprocess.CompletedProcess:
+        return self.run("up", "--yes", "--skip-preview", *self._policy(policy_pack), timeout=timeout, check=check)
 
     def refresh(self, *, expect_no_changes: bool = False) -> subprocess.CompletedProcess:
         return self.run("refresh", "--yes", "--skip-preview",

@@ -29,9 +29,10 @@ from stacks.preflight import RegistryUnreachable, check_driver_images
 
 KUBERNETES_TYPE = re.compile(r"^kubernetes:(?P<group>[^:]+):(?P<kind>[^:]+)$")
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"  # a release of a chart, not an object the API server stores
-# libyaml's emitter where PyYAML has it; strings this short never reach the 80-column fold.
+# libyaml's emitter where PyYAML has it; keys this short are simple keys to both (PyYAML under 128 characters,
+# libyaml up to 128).
 CSafeDumper = getattr(yaml, "CSafeDumper", None)
-PLAIN_LENGTH = 60
+KEY_LENGTH = 60
 
 
 def render_plan(stack_file: StackFile, observed: list[ObservedNode] | None = None, *,
@@ -160,8 +161,11 @@ def _not_rendered(render: Path) -> tuple[str, str] | None:
 def dump_yaml(manifest: dict[str, Any]) -> str:
     """The manifest as PyYAML's safe_dump writes it; through libyaml when that is byte for byte the same.
 
-    libyaml folds long or multi-line strings and writes empty keys differently, so only manifests whose
-    strings are all short, printable ASCII and non-empty keys take the fast path.
+    libyaml writes double-quoted strings (what holds a line break or a character that is not printable ASCII)
+    with other escapes where it folds them, and empty or long keys differently, so only manifests whose strings
+    are all printable ASCII, and whose keys short and non-empty, take the fast path. Printable ASCII is plain or
+    single-quoted, which both fold alike at any length: a quota's wait conditions (one long annotation) no
+    longer send every tenant's quotas through the pure-Python dumper.
     """
     fast = CSafeDumper is not None and _plain(manifest)
     return yaml.dump(manifest, Dumper=CSafeDumper if fast else yaml.SafeDumper, sort_keys=False)
@@ -169,9 +173,10 @@ def dump_yaml(manifest: dict[str, Any]) -> str:
 
 def _plain(value: Any) -> bool:
     if isinstance(value, str):
-        return len(value) <= PLAIN_LENGTH and (not value or (value.isascii() and value.isprintable()))
+        return not value or (value.isascii() and value.isprintable())
     if isinstance(value, dict):
-        return all(isinstance(key, str) and key and _plain(key) and _plain(item) for key, item in value.items())
+        return all(isinstance(key, str) and 0 < len(key) <= KEY_LENGTH and _plain(key) and _plain(item)
+                   for key, item in value.items())
     if isinstance(value, list):
         return all(_plain(item) for item in value)
     return True

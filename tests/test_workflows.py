@@ -277,6 +277,18 @@ def test_deploy_previews_with_preflight_before_up_with_the_policy_pack(deploy, s
     assert "env.STACK" in up["with"]["stack-name"]
 
 
+def test_deploy_writes_the_state_once_only_where_every_create_upserts(deploy, aws_stacks):
+    """Stacks of Kubernetes objects only update without the engine's per-step checkpoints, with forced applies
+    (docs/deploying.md): after a killed update, the next one's creates take over what it made. AWS resources do not
+    upsert, so stacks with them keep the checkpoints."""
+    for stack, (_, job) in deploy_jobs(deploy).items():
+        (up,) = pulumi_steps(job, "up")
+        settings = {key: up.get("env", {}).get(key) for key in ("PULUMI_SKIP_CHECKPOINTS",
+                                                                 "PULUMI_K8S_ENABLE_PATCH_FORCE")}
+        expected = None if stack in aws_stacks else "true"
+        assert settings == dict.fromkeys(settings, expected), stack
+
+
 # --- both -------------------------------------------------------------------------------------------------------
 
 

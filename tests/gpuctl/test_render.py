@@ -14,6 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from gpuctl import render
 from gpuctl.render import dump_yaml, manifests
 from tests.conftest import ROOT, render_stack, stack_config
 
@@ -385,7 +386,11 @@ def test_an_interrupted_render_leaves_the_previous_render_intact(tmp_path, monke
 
 
 YAML_EDGE_CASES = ["yes", "0123", "1e3", ":", "- a", "null", "~", "a: b", "#x", " lead", "trail ", "'q'", "a\tb",
-                   "2024-01-01", "ą", "", "x" * 200, "one\ntwo", "a long string " * 10, "\x07"]
+                   "2024-01-01", "ą", "", "x" * 200, "one\ntwo", "a long string " * 10, "\x07",
+                   # long single-line strings, folded at the 80th column: a space at every place a fold may fall,
+                   # runs of spaces, a space at each end, quotes and indicators that make them single-quoted
+                   "a " * 120, "word  " * 40, "  " + "x y " * 40 + " ", "it's: #" * 30, "x" * 79 + " y" * 30,
+                   '["jsonpath={.status.hard[\'requests.cpu\']}=64", ' * 6, "- " + "[a, b] " * 30]
 
 
 @pytest.mark.parametrize("value", YAML_EDGE_CASES)
@@ -394,6 +399,20 @@ def test_manifest_yaml_is_byte_for_byte_pyyaml_safe_dump(value: str) -> None:
                 "data": {value: value, "list": [value, {value: [value]}]}}
 
     assert dump_yaml(manifest) == yaml.safe_dump(manifest, sort_keys=False)
+
+
+def test_a_tenants_quotas_are_written_by_libyaml(monkeypatch) -> None:
+    """Their wait conditions are one long annotation: printable ASCII, which libyaml folds as PyYAML does."""
+    if render.CSafeDumper is None:
+        pytest.skip("PyYAML without libyaml here")
+    dumpers = {}
+    real_dump = yaml.dump
+    monkeypatch.setattr(render.yaml, "dump", lambda data, Dumper, **kw: (  # noqa: N803 (PyYAML's name)
+        dumpers.__setitem__(data["metadata"]["name"], Dumper), real_dump(data, Dumper=Dumper, **kw))[1])
+    quotas = [m for m in manifests(render_stack("onprem").document) if m["kind"] == "ResourceQuota"]
+
+    assert quotas and any(len(value) > 80 for q in quotas for value in q["metadata"]["annotations"].values())
+    assert {dumpers[q["metadata"]["name"]] for q in quotas if dump_yaml(q)} == {render.CSafeDumper}
 
 
 def test_every_prod_manifest_is_written_as_pyyaml_safe_dump_writes_it(prod_plan) -> None:

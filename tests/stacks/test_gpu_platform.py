@@ -8,6 +8,7 @@ from typing import Any
 
 import pulumi
 import pytest
+import yaml
 
 from components import labels
 from fleet.kernels import KernelTarget, ObservedNode
@@ -16,7 +17,7 @@ from gpuctl.runtime import run_program
 from gpuctl.stackfile import stack_file_from_config
 from stacks import discovery, preconditions, program
 from stacks.config import ConfigError, parse_stack_config
-from tests.conftest import Plan, config_values, render_stack, stack_config
+from tests.conftest import ROOT, Plan, config_values, render_stack, stack_config
 
 NVIDIA_DRIVER = "kubernetes:nvidia.com/v1alpha1:NVIDIADriver"
 MACHINE_SET = "kubernetes:machine.openshift.io/v1beta1:MachineSet"
@@ -661,3 +662,18 @@ def test_a_chart_mirror_serves_every_pinned_chart_at_its_version(mirror: str, ch
         assert release["inputs"].get("repositoryOpts", {}).get("repo") == repository
         if name in public:
             assert release["inputs"]["version"] == public[name].version
+
+
+@pytest.mark.parametrize("stack", ["dev", "onprem", "prod", "staging", "queue", "partitioned", "karpenter"])
+def test_every_kubernetes_object_and_release_has_a_name_of_its_own(stack: str) -> None:
+    """After a killed update the next one's creates take over what it made, by name (docs/deploying.md): an object
+    named by the engine (a random suffix) would be made again under another name and the first left unmanaged."""
+    example = ROOT / "examples" / f"Pulumi.{stack}.yaml"
+    plan = render_stack(stack, yaml.safe_load(example.read_text())["config"] if example.is_file() else None)
+    kubernetes = [r for r in plan.document["resources"] if r["custom"] and r["type"].startswith("kubernetes:")]
+
+    assert kubernetes
+    unnamed = [r["urn"] for r in kubernetes
+               if not (r["inputs"]["name"] if r["type"] == "kubernetes:helm.sh/v3:Release"
+                       else r["inputs"].get("metadata", {}).get("name"))]
+    assert unnamed == []
