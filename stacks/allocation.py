@@ -18,8 +18,6 @@ def dra_problem(config: Any) -> tuple[tuple[str | int, ...], str] | None:
         return ("cluster", "kubernetesVersion"), (
             f"allocationMode dra needs Kubernetes 1.{DRA_GA_MINOR} or later, where resource.k8s.io/v1 (DeviceClasses, "
             f"claims and their quota) is GA and served; upgrade the cluster, or use allocationMode devicePlugin")
-    if config.device_plugin.time_slicing_replicas is not None:
-        return ("devicePlugin", "timeSlicingReplicas"), _TIME_SLICING
     for index, pool in enumerate(config.node_pools):
         if pool.time_slicing_replicas is not None:
             return ("nodePools", index, "timeSlicingReplicas"), _TIME_SLICING
@@ -31,7 +29,8 @@ def dra_problem(config: Any) -> tuple[tuple[str | int, ...], str] | None:
                 "owner cuts as the layout says")
     if config.tenancy.mode == "queue":
         return ("tenancy", "mode"), ("tenancy mode queue is not offered with allocationMode dra yet: its Kueue queues "
-                                     "count extended resources, not devices per DeviceClass; use tenancy mode quota")
+                                     "count extended resources, not devices per DeviceClass; use tenancy mode quota, or "
+                                     "allocationMode devicePlugin")
     clash = dedicated_model_clash(dra_pools(config))
     if clash:
         pool, other, kind = clash
