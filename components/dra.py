@@ -20,7 +20,7 @@ import pulumi_kubernetes as k8s
 from components.images import operand_image
 from components.manifests import child_options, metadata
 from components.cluster_policy import NO_AWAIT
-from fleet.dra import DeviceClassPlan
+from fleet.dra import DEVICES_ANNOTATION, DeviceClassPlan
 
 GPU_CLUSTER = "gpu-cluster"
 # The DRA driver the chart of v26.7.0 names (deployments/gpu-operator/values.yaml, draDriver).
@@ -59,6 +59,7 @@ class DraStack(pulumi.ComponentResource):
         for plan in args.classes:
             # resource.k8s.io/v1 (GA in Kubernetes 1.34) has no typed class in pulumi-kubernetes 4.25's SDK.
             k8s.apiextensions.CustomResource(
-                f"{name}-{plan.name}", api_version="resource.k8s.io/v1", kind="DeviceClass", metadata=metadata(plan.name),
+                f"{name}-{plan.name}", api_version="resource.k8s.io/v1", kind="DeviceClass",
+                metadata=metadata(plan.name, annotations={DEVICES_ANNOTATION: str(plan.devices)}),
                 spec={"selectors": [{"cel": {"expression": plan.selector()}}]}, opts=child_options(self, opts))
         self.register_outputs({"classes": [plan.name for plan in args.classes]})

@@ -26,6 +26,8 @@ CLASS_DOMAIN = "gpu-platform.io"
 # ResourceQuota's name for the devices of one class (k8s.io/kubernetes pkg/quota/v1/evaluator/core/
 # resource_claims.go, V1ResourceByDeviceClass: "<class>.deviceclass.resource.k8s.io/devices").
 QUOTA_SUFFIX = ".deviceclass.resource.k8s.io/devices"
+# On each of the stack's DeviceClasses: the devices it covers (what the capacity policy holds the quotas to).
+DEVICES_ANNOTATION = "gpu-platform.io/devices"
 
 
 @dataclass(frozen=True)
