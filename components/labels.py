@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The operating system labels the fleet facts name, defined below them and read from here by the components.
+from fleet.labels import NFD_PREFIX, OS_ID_LABEL, OS_VERSION_LABEL, OS_VERSION_MAJOR_LABEL  # noqa: F401
+
 # Extended resource advertised by the device plugin, and the quota key that caps it.
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_QUOTA_KEY = f"requests.{GPU_RESOURCE}"
@@ -23,16 +26,10 @@ def dedicated_taint(pool: str) -> dict[str, str]:
     return {"key": DEDICATED_TAINT_KEY, "value": pool, "effect": "NoSchedule"}
 
 
-# Node Feature Discovery labels.
-NFD_PREFIX = "feature.node.kubernetes.io"
+# Node Feature Discovery labels; those of a node's operating system are the fleet facts' (fleet/labels.py).
 NFD_API_GROUP = "nfd.k8s-sigs.io"
 NVIDIA_PCI_LABEL = f"{NFD_PREFIX}/pci-10de.present"
 KERNEL_LABEL = f"{NFD_PREFIX}/kernel-version.full"
-OS_ID_LABEL = f"{NFD_PREFIX}/system-os_release.ID"
-OS_VERSION_LABEL = f"{NFD_PREFIX}/system-os_release.VERSION_ID"
-# NFD splits VERSION_ID into `.major` and `.minor` (source/system/system.go, GetLabels and splitVersion); the GPU
-# Operator selects RHEL nodes by the major (gpu-operator v26.7.0 internal/state/nodepool.go, getNodePools).
-OS_VERSION_MAJOR_LABEL = f"{NFD_PREFIX}/system-os_release.VERSION_ID.major"
 
 # The node label by which NVIDIA's device plugin picks its config from the ConfigMap the ClusterPolicy names
 # (k8s-device-plugin's config manager, `--node-label`); nodes without it use the ClusterPolicy's default config.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from components.labels import OS_ID_LABEL, OS_VERSION_LABEL, OS_VERSION_MAJOR_LABEL
+from fleet.labels import OS_ID_LABEL, OS_VERSION_LABEL, OS_VERSION_MAJOR_LABEL
 
 
 @dataclass(frozen=True)

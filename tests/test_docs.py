@@ -7,7 +7,7 @@ a command that .ci/run runs (make test, make e2e) is CI's own, and is checked to
 prints: its lines must appear in that output, in order ("..." for lines left out). ```text, ```mermaid and
 ```markdown blocks are not run;
 ```json blocks must parse; ```yaml blocks must parse, and one with a top-level `config:` is a stack file that
-must pass stacks/config.py as `gpuctl render` reads it.
+must pass stacks/config/ as `gpuctl render` reads it.
 
 Each page's sh blocks run in order, as a reader follows the page, in the page's own copy of the checkout (its
 tracked and untracked files, mtimes kept, with this checkout's .venv and the copy's own code first on the path),

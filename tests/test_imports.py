@@ -1,4 +1,6 @@
-"""No import cycle among the project's packages: each module's imports, at any depth of its code, form a DAG."""
+"""The project's packages import one way: no cycle among their modules (imports at any depth of the code form a
+DAG), no import up the floors (gpuctl -> stacks and policy -> components -> fleet), and no module too long to read
+in one sitting."""
 
 from __future__ import annotations
 
@@ -9,6 +11,9 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 PACKAGES = ("gpuctl", "stacks", "policy", "fleet", "components")
+# Each package's floor: a module imports its own floor's and lower floors' modules only.
+FLOORS = {"fleet": 0, "components": 1, "stacks": 2, "policy": 2, "gpuctl": 3}
+MAX_LINES = 600
 
 
 def modules() -> dict[str, Path]:
@@ -45,7 +50,8 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
 
 def test_the_import_graph_has_no_cycle() -> None:
     known = modules()
-    assert {"gpuctl.diff", "gpuctl.report", "gpuctl.summary", "stacks.config", "policy.rules"} <= set(known)
+    assert {"gpuctl.diff", "gpuctl.report", "gpuctl.summary", "stacks.config", "policy.rules",
+            "fleet.labels"} <= set(known)
     graph = {name: imports(name, path, known) for name, path in known.items()}
     try:
         TopologicalSorter(graph).prepare()
@@ -57,3 +63,23 @@ def test_the_walk_sees_imports_made_inside_functions() -> None:
     """gpuctl.report imports gpuctl.check only where it prints policies: still an edge of the graph."""
     known = modules()
     assert {"gpuctl.diff", "gpuctl.summary", "gpuctl.check"} <= imports("gpuctl.report", known["gpuctl.report"], known)
+
+
+def test_no_module_imports_up_the_floors() -> None:
+    """The fleet facts depend on nothing above them; the components on no stack, policy or command; and so on."""
+    known = modules()
+    upward = sorted(f"{name} -> {target}" for name, path in known.items() for target in imports(name, path, known)
+                    if FLOORS[target.split(".")[0]] > FLOORS[name.split(".")[0]])
+    assert upward == []
+
+
+def test_fleet_imports_only_fleet() -> None:
+    known = modules()
+    assert {target for name, path in known.items() if name.startswith("fleet")
+            for target in imports(name, path, known)} <= {name for name in known if name.startswith("fleet")}
+
+
+def test_no_module_is_too_long_to_hold_in_mind() -> None:
+    long = {str(path.relative_to(ROOT)): lines for path in modules().values()
+            if (lines := len(path.read_text().splitlines())) > MAX_LINES}
+    assert long == {}, f"split these along their own seams (at most {MAX_LINES} lines each): {long}"
