@@ -6,7 +6,6 @@ from typing import Any
 
 from fleet.dra import DraPool, dedicated_model_clash
 
-MODES = ("devicePlugin", "dra")
 DRA_GA_MINOR = 34  # resource.k8s.io/v1, served by default from Kubernetes 1.34 (KEP-4381)
 
 
