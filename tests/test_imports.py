@@ -83,3 +83,15 @@ def test_no_module_is_too_long_to_hold_in_mind() -> None:
     long = {str(path.relative_to(ROOT)): lines for path in modules().values()
             if (lines := len(path.read_text().splitlines())) > MAX_LINES}
     assert long == {}, f"split these along their own seams (at most {MAX_LINES} lines each): {long}"
+
+
+def test_an_installed_copy_has_every_package():
+    """A non-editable install (a wheel) ships every package directory, subpackages included."""
+    import tomllib
+
+    from setuptools import find_namespace_packages
+
+    found = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    shipped = set(find_namespace_packages(where=str(ROOT), include=found["include"]))
+    wanted = {name.rpartition(".")[0] if path.name != "__init__.py" else name for name, path in modules().items()}
+    assert wanted <= shipped, f"pyproject.toml's packages leave out {sorted(wanted - shipped)}"
