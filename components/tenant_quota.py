@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components import labels
+from components.dra_admission import CLASSES_ANNOTATION
 from components.manifests import child_options, metadata
+from fleet.dra import quota_key
 
 
 _WRITE = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
@@ -44,9 +46,17 @@ TENANT_RULES = [
 ]
 
 
-def tenant_role(name: str, opts: pulumi.ResourceOptions) -> k8s.rbac.v1.ClusterRole:
-    """The ClusterRole every tenant's group is bound to, in its own namespace only (a RoleBinding)."""
-    return k8s.rbac.v1.ClusterRole(name, metadata=metadata(labels.TENANT_ROLE), rules=TENANT_RULES, opts=opts)
+# Allocation mode `dra`: claims and claim templates, under the quota per DeviceClass and the claims policy
+# (components/dra_admission.py). A claim's status (its allocation, whom it is reserved for) is the scheduler's.
+DRA_RULES = [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceclaimtemplates"],
+              "verbs": _WRITE}]
+
+
+def tenant_role(name: str, opts: pulumi.ResourceOptions, dra: bool = False) -> k8s.rbac.v1.ClusterRole:
+    """The ClusterRole every tenant's group is bound to, in its own namespace only (a RoleBinding); with `dra`, the
+    DRA claims too."""
+    return k8s.rbac.v1.ClusterRole(name, metadata=metadata(labels.TENANT_ROLE),
+                                   rules=[*TENANT_RULES, *(DRA_RULES if dra else ())], opts=opts)
 
 
 # OpenShift lets every authenticated user request projects through this binding of the self-provisioner role.
@@ -87,6 +97,8 @@ class TenantQuotaArgs:
     kueue_managed: bool = False  # OpenShift, mode `queue`: the label the Red Hat build's webhooks act on
     dedicated_pools: tuple[str, ...] = ()  # pools reserved for this tenant (and perhaps others)
     members_after: tuple[pulumi.Resource, ...] = ()  # what the group's binding waits for besides the quotas
+    # Allocation mode `dra`: devices the tenant may hold per DeviceClass of the fleet (0 where not given).
+    devices: dict[str, int] = field(default_factory=dict)
 
     @property
     def gpus(self) -> int:
@@ -144,7 +156,8 @@ class TenantQuota(pulumi.ComponentResource):
             "pod-security.kubernetes.io/warn": "restricted",
             **({labels.KUEUE_MANAGED_LABEL: "true"} if args.kueue_managed else {}),
             **{labels.DEDICATED_POOL_LABEL.format(pool=pool): "true" for pool in args.dedicated_pools},
-        }), opts=pulumi.ResourceOptions.merge(child_options(self, opts), pulumi.ResourceOptions(protect=args.protect)))
+        }, annotations={CLASSES_ANNOTATION: ",".join(sorted(name for name, count in args.devices.items() if count))}
+            if args.devices else None), opts=pulumi.ResourceOptions.merge(child_options(self, opts), pulumi.ResourceOptions(protect=args.protect)))
         child = child_options(self, opts, namespace)
         # Removing a tenant in one change must stop the engine before it deletes anything of the tenant's: it
         # deletes dependents first, so what nothing depends on (limits, fence, binding) is protected with the
@@ -152,7 +165,8 @@ class TenantQuota(pulumi.ComponentResource):
         # binding that depends on them.
         kept = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=args.protect))
         quotas = [quota(f"{name}-gpu-quota", "gpu-quota", args.name, {
-            "hard": {f"requests.{kind}": str(amount) for kind, amount in sorted(args.quota.items())}}, child)]
+            "hard": {**{f"requests.{kind}": str(amount) for kind, amount in sorted(args.quota.items())},
+                     **{quota_key(name): str(amount) for name, amount in sorted(args.devices.items())}}}, child)]
         # CPU pods count too: without this they could fill the GPU nodes a tenant's quota does not cover.
         quotas.append(quota(f"{name}-compute-quota", "compute-quota", args.name, {
             "hard": {"requests.cpu": args.cpu, "requests.memory": args.memory, "pods": str(args.pods)}}, child))

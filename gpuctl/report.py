@@ -330,6 +330,9 @@ def capacity_rows(summary: FleetSummary) -> list[dict[str, str]]:
     for kind, (quota, advertised) in capacity.kinds_after.items():
         rows.append({"": f"quota / advertised {kind}", "value": f"{quota} / {advertised}"
                      + (" (over capacity)" if quota > advertised else "")})
+    for name, (quota, devices) in capacity.classes_after.items():
+        rows.append({"": f"quota / devices of DeviceClass {name}", "value": f"{quota} / {devices}"
+                     + (" (over capacity)" if quota > devices else "")})
     return rows
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from pulumi_policy import ReportViolation, StackValidationArgs
+from collections.abc import Sequence
+
+from pulumi_policy import PolicyResource, ReportViolation, StackValidationArgs
 
 from components import labels
+from fleet.dra import DEVICES_ANNOTATION, quota_key
 from fleet.partitioning import GPU, kind_of
 from policy.capacity import add, gpu_quota, quotas, tenant_gpu_quotas, tenant_namespaces
 from policy.index import index
@@ -31,7 +34,8 @@ def tenant_gpu_quota(args: StackValidationArgs, report: ReportViolation) -> None
 
 def quota_within_capacity(args: StackValidationArgs, report: ReportViolation) -> None:
     """Per kind: every tenant's quota together within what the pools advertise; and what tenants cannot place on
-    pools dedicated to them within the pools dedicated to no one (a dedicated pool counts toward its owners only)."""
+    pools dedicated to them within the pools dedicated to no one (a dedicated pool counts toward its owners only); in
+    allocation mode dra, per DeviceClass, within the devices it covers."""
     ratio = float(args.get_config().get("maxOvercommit", DEFAULT_OVERCOMMIT))
     # A queued tenant's quota is its ceiling, guarantee plus borrowing: its guarantee is held to capacity by
     # queue-guarantee-within-capacity.
@@ -64,6 +68,26 @@ def quota_within_capacity(args: StackValidationArgs, report: ReportViolation) ->
                    f"the pools dedicated to no one advertise {open_capacity} (dedicated: {dedicated}, counted "
                    "toward their owners only); lower the quotas of tenants without a dedicated pool, or add "
                    "capacity", None)
+    devices_within_classes(args.resources, ratio, report)
+
+
+def devices_within_classes(resources: Sequence[PolicyResource], ratio: float, report: ReportViolation) -> None:
+    """Mode dra: per DeviceClass of the stack, every tenant's quota on its devices together within the devices it
+    covers (its annotation DEVICES_ANNOTATION) times the allowed overcommit."""
+    for device_class in index(resources).of_kind("DeviceClass"):
+        name = dig(device_class.props, "metadata", "name")
+        covered = whole(dig(device_class.props, "metadata", "annotations", DEVICES_ANNOTATION))
+        if covered is None:
+            continue
+        given = {namespace: whole(dig(quota, "spec", "hard", quota_key(name))) or 0
+                 for namespace in tenant_namespaces(resources) for quota in quotas(resources, namespace)
+                 if dig(quota, "spec", "hard", quota_key(name)) is not None}
+        total = sum(given.values())
+        if total > covered * ratio:
+            tenants = ", ".join(f"{namespace} {amount}" for namespace, amount in sorted(given.items()))
+            report(f"tenant quotas on DeviceClass {name} add up to {total} devices ({tenants}) but it covers {covered}; "
+                   f"with maxOvercommit {ratio:g} at most {covered * ratio:g} may be promised. Lower the tenants' "
+                   "grants, add pool replicas, or raise maxOvercommit in the pack config", device_class.urn)
 
 
 def queue_within_capacity(args: StackValidationArgs, report: ReportViolation) -> None:

@@ -50,7 +50,8 @@ POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
     ),
     StackValidationPolicy(
         name="gpu-quota-within-capacity",
-        description="The tenants' GPU quotas add up to no more than the pools' GPUs times the allowed overcommit.",
+        description="The tenants' GPU quotas add up to no more than the pools' GPUs (in allocation mode dra, each "
+                    "DeviceClass's devices) times the allowed overcommit.",
         validate=quota_within_capacity,
         enforcement_level=EnforcementLevel.MANDATORY,
         config_schema=PolicyConfigSchema(properties={"maxOvercommit": {

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components import labels
-from components.admission import (CORDON_RULES, SPREAD_RULES, VALIDATIONS, TenantAdmission, TenantAdmissionArgs,
+from components.admission import (CORDON_RULES, SPREAD_RULES, VALIDATIONS, VARIABLES, TenantAdmission,
+                                  TenantAdmissionArgs,
                                   dedicated_validations, gpu_guard_args, node_share_validations)
 from components.admission_gate import CURL_IMAGE, AdmissionGate, AdmissionGateArgs, tenant_probes
 from components.cluster_policy import ClusterPolicyStack, ClusterPolicyStackArgs
 from components.device_plugin import DevicePluginStack, DevicePluginStackArgs
+from components.dra import DraStack, DraStackArgs
+from components.dra_admission import DRA_POD_VALIDATIONS, DRA_POD_VARIABLES, DraAdmission, DraAdmissionArgs
 from components.driver import DriverStack, DriverStackArgs
 from components.efa import EfaFabric, EfaFabricArgs
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
@@ -30,7 +35,9 @@ from components.node_profile import NodeTuning
 from components.tenant_network import TenantNetwork, network_admission_args
 from components.tenant_objects import TenantObjects, TenantObjectsArgs
 from components.tenant_quota import TenantQuota, TenantQuotaArgs, self_provisioning_off, tenant_role
+from fleet.dra import device_classes, tenant_devices
 from fleet.kernels import KernelInventory
+from stacks.allocation import dra_pools
 from stacks.config import NodePoolConfig, StackConfig
 from stacks.part import Part
 from stacks.tenancy import borrowable, ceilings, guarantees, node_shares
@@ -62,18 +69,9 @@ class GpuPlatform(pulumi.ComponentResource):
             chart_mirror=config.charts.mirror,
         ), pulumi.ResourceOptions(parent=self, depends_on=[nfd.ready]))
         after_install = pulumi.ResourceOptions(parent=self, depends_on=[operator.installed])
-        device_plugin = DevicePluginStack("device-plugin", DevicePluginStackArgs(
-            namespace=namespace, pools={pool.name: pool.partitioning for pool in config.node_pools}),
-            after_install)
-        mig_config = self._mig_config(config, namespace, after_install)
-        cluster_policy = ClusterPolicyStack("cluster-policy", ClusterPolicyStackArgs(
-            flavor=flavor, images={**labels.OPERAND_IMAGES, **config.images.operands()},
-            device_plugin_config=device_plugin.config, service_monitor=config.prometheus_operator,
-            service_monitor_labels=dict(config.monitoring.rule_labels), mig_config=mig_config and mig_config.name,
-            # every placement but bring-your-own is an EC2 instance, its GPUs passed through to the VM
-            mig_reboot=any(pool.partitioning.mig_layout and pool.bring_your_own is None for pool in config.node_pools),
-        ), pulumi.ResourceOptions(parent=self, depends_on=[operator.installed, device_plugin,
-                                                           *([mig_config] if mig_config else [])]))
+        dra = config.allocation_mode == "dra"
+        # The GPUCluster takes the ClusterPolicy's place: the operator runs only one of the two (components/dra.py).
+        operands = self._dra(config, after_install) if dra else self._cluster_policy(config, namespace, after_install)
         pull_secret = self._pull_secret(config, namespace, operator.installed)
         driver = DriverStack("driver", DriverStackArgs(
             inventory=inventory, release=config.driver_release,
@@ -81,7 +79,7 @@ class GpuPlatform(pulumi.ComponentResource):
             max_parallel_upgrades=config.driver.max_parallel_upgrades,
             max_unavailable=config.driver.max_unavailable, drain=config.driver.drain,
             pull_secret=PULL_SECRET if pull_secret else None,
-        ), pulumi.ResourceOptions(parent=self, depends_on=[operator.installed, cluster_policy.policy,
+        ), pulumi.ResourceOptions(parent=self, depends_on=[operator.installed, operands,
                                                            *([pull_secret] if pull_secret else [])]))
 
         tuning = self._tuning(config)
@@ -106,20 +104,25 @@ class GpuPlatform(pulumi.ComponentResource):
         ), after_install)
 
         priority_classes = self._priority_classes()
-        role = tenant_role("tenant-role", pulumi.ResourceOptions(parent=self))
+        role = tenant_role("tenant-role", pulumi.ResourceOptions(parent=self), dra=dra)
         if openshift and not cluster.project_self_provisioning:
             self_provisioning_off("project-self-provisioning-off", pulumi.ResourceOptions(parent=self))
         # Both bound before any tenant namespace exists, so no tenant pod is ever admitted unchecked.
         owners = {pool.name: pool.dedicated_to for pool in config.node_pools if pool.dedicated_to}
         # The fleet's own rules for tenant pods: a GPU unit's share of a node, and with Karpenter no spreading.
-        pod_rules = (*node_share_validations(node_shares(config)),
+        # In mode dra a pod's claims do not say how many devices it holds: no share of a node per device.
+        pod_rules = (*([] if dra else node_share_validations(node_shares(config))),
                      *(SPREAD_RULES if any(pool.karpenter for pool in config.node_pools) else ()))
         admission = TenantAdmission("tenant-admission", TenantAdmissionArgs(
-            validations=(*VALIDATIONS, *dedicated_validations(owners), *pod_rules)), pulumi.ResourceOptions(parent=self))
+            variables=DRA_POD_VARIABLES if dra else VARIABLES,
+            validations=(*(DRA_POD_VALIDATIONS if dra else VALIDATIONS), *dedicated_validations(owners), *pod_rules)),
+            pulumi.ResourceOptions(parent=self))
         # Outside tenant namespaces no pod gets a GPU: the quota exists only in tenants'.
-        TenantAdmission("gpu-guard", gpu_guard_args(
-            (labels.GPU_OPERATOR_NAMESPACES[flavor], labels.NFD_NAMESPACES[flavor], *cluster.scrapers,
-             *cluster.trusted_namespaces), openshift), pulumi.ResourceOptions(parent=self))
+        guard = gpu_guard_args((labels.GPU_OPERATOR_NAMESPACES[flavor], labels.NFD_NAMESPACES[flavor],
+                                *cluster.scrapers, *cluster.trusted_namespaces), openshift)
+        TenantAdmission("gpu-guard", dataclasses.replace(guard, variables=DRA_POD_VARIABLES) if dra else guard,
+                        pulumi.ResourceOptions(parent=self))
+        claims = [DraAdmission("dra-admission", DraAdmissionArgs(), pulumi.ResourceOptions(parent=self))] if dra else []
         network_admission = TenantAdmission("tenant-network-admission", network_admission_args(),
                                             pulumi.ResourceOptions(parent=self))
         objects = TenantObjects("tenant-objects", TenantObjectsArgs(), pulumi.ResourceOptions(parent=self))
@@ -135,7 +138,7 @@ class GpuPlatform(pulumi.ComponentResource):
         gate_image = cli_image or CURL_IMAGE
         gate = AdmissionGate("admission-gate", AdmissionGateArgs(
             tenant_probes(gate_image, queue=queued), gate_image, openshift=openshift), pulumi.ResourceOptions(
-                parent=self, depends_on=[admission, network_admission, objects, *([kueue] if kueue else [])]))
+                parent=self, depends_on=[admission, network_admission, objects, *claims, *([kueue] if kueue else [])]))
         tenants = part.tenants(config.tenants) if part else config.tenants  # those this process registers
         # Every kind the fleet advertises is capped in each tenant's quota (0 where not given): a quota caps only
         # the resources it names.
@@ -143,8 +146,12 @@ class GpuPlatform(pulumi.ComponentResource):
         # Queue mode: Kueue decides within a ceiling the API server enforces, the guarantee plus what may be borrowed.
         shares = guarantees(config) if queued else {}
         lendable = borrowable(config, shares)
+        # Mode dra: no device plugin advertises a kind, and every kind stays at 0; the devices are counted per class.
         caps = ceilings(config, shares, lendable, kinds) if queued else {
-            tenant.name: {kind: tenant.grants.get(kind, 0) for kind in kinds} for tenant in config.tenants}
+            tenant.name: {kind: 0 if dra else tenant.grants.get(kind, 0) for kind in kinds} for tenant in config.tenants}
+        # Mode dra: what each tenant may hold of each DeviceClass of the fleet.
+        devices = {tenant.name: tenant_devices(dra_pools(config), tenant.grants, tenant.name)
+                   for tenant in config.tenants} if dra else {}
         self.tenants = {
             tenant.name: TenantQuota(f"tenant-{tenant.name}", TenantQuotaArgs(
                 name=tenant.name, quota=caps[tenant.name],
@@ -152,9 +159,9 @@ class GpuPlatform(pulumi.ComponentResource):
                 cpu=tenant.cpu, memory=tenant.memory, pods=tenant.pods, scrapers=cluster.scrapers,
                 protect=not tenant.retired, kueue_managed=queued and openshift,
                 dedicated_pools=tuple(name for name, tenants in owners.items() if tenant.name in tenants),
-                members_after=(gate.ready,),
+                members_after=(gate.ready,), devices=devices.get(tenant.name, {}),
             ), pulumi.ResourceOptions(parent=self, depends_on=[*priority_classes, role, admission, network_admission,
-                                                               objects, *([kueue] if kueue else [])]))
+                                                               objects, *claims, *([kueue] if kueue else [])]))
             for tenant in tenants
         }
         for tenant in tenants if queued else ():
@@ -185,7 +192,8 @@ class GpuPlatform(pulumi.ComponentResource):
             "tenants": {tenant.name: {"gpus": tenant.gpus, "grants": tenant.grants,
                                       "priorityClass": tenant.priority_class, "retired": tenant.retired, **({
                 "tenancy": "queue", "guaranteed": shares[tenant.name], "borrowable": lendable[tenant.name]}
-                if queued else {})} for tenant in config.tenants},
+                if queued else {}), **({"devices": devices[tenant.name]} if dra else {})}
+                for tenant in config.tenants},
             "pools": {pool.name: {
                 "instanceType": pool.instance_type, "nodes": pool.replicas, "minNodes": pool.autoscaler_min,
                 "maxNodes": pool.autoscaler_max, "gpusPerNode": pool.instance.gpus, "gpuModel": pool.instance.gpu_model,
@@ -197,12 +205,38 @@ class GpuPlatform(pulumi.ComponentResource):
                 "retired": pool.retired, "roll": self.pools[pool.name].roll,
             } for pool in config.node_pools},
             "release": cluster.release,
+            "allocationMode": config.allocation_mode,
+            # Mode dra: the devices each DeviceClass of the stack covers.
+            **({"deviceClasses": {plan.name: {"kind": plan.kind, "pool": plan.pool, "devices": plan.devices}
+                                  for plan in device_classes(dra_pools(config))}} if dra else {}),
             # How a node profile change reaches each tuned pool (MCO reboots, or the pool's instance refresh).
             "profiles": tuning.rollouts(flavor),
         }
         for name, entry in self.outputs["pools"].items():
             entry["profile"] = self.outputs["profiles"].get(name)
         self.register_outputs(self.outputs)
+
+    def _cluster_policy(self, config: StackConfig, namespace: str,
+                        after_install: pulumi.ResourceOptions) -> pulumi.Resource:
+        """Mode devicePlugin: the device plugin's configs, the MIG layouts, and the ClusterPolicy that runs them."""
+        device_plugin = DevicePluginStack("device-plugin", DevicePluginStackArgs(
+            namespace=namespace, pools={pool.name: pool.partitioning for pool in config.node_pools}),
+            after_install)
+        mig_config = self._mig_config(config, namespace, after_install)
+        return ClusterPolicyStack("cluster-policy", ClusterPolicyStackArgs(
+            flavor=config.cluster.flavor, images={**labels.OPERAND_IMAGES, **config.images.operands()},
+            device_plugin_config=device_plugin.config, service_monitor=config.prometheus_operator,
+            service_monitor_labels=dict(config.monitoring.rule_labels), mig_config=mig_config and mig_config.name,
+            # every placement but bring-your-own is an EC2 instance, its GPUs passed through to the VM
+            mig_reboot=any(pool.partitioning.mig_layout and pool.bring_your_own is None for pool in config.node_pools),
+        ), pulumi.ResourceOptions(parent=self, depends_on=[*after_install.depends_on, device_plugin,
+                                                           *([mig_config] if mig_config else [])])).policy
+
+    def _dra(self, config: StackConfig, after_install: pulumi.ResourceOptions) -> pulumi.Resource:
+        """Mode dra: the GPUCluster and the stack's DeviceClasses."""
+        images = {**labels.OPERAND_IMAGES, **config.images.operands()}
+        return DraStack("dra", DraStackArgs(dcgm_exporter_image=images["dcgmExporter"],
+                                            classes=tuple(device_classes(dra_pools(config)))), after_install).cluster
 
     def _mig_config(self, config: StackConfig, namespace: str,
                     opts: pulumi.ResourceOptions) -> MigPartedConfig | None:
@@ -281,3 +315,4 @@ class GpuPlatform(pulumi.ComponentResource):
                 global_default=False,
                 description="Best-effort GPU jobs: never preempt others, first to be preempted.", opts=child),
         ]
+

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuctl.diff import PlanDiff
+from gpuctl.summary.allocation import device_classes, mode_switch
 from gpuctl.summary.capacity import _other_kinds, _quota
 from gpuctl.summary.destructive import _destructive, _engine_notes, _retirements, _unknowns
 from gpuctl.summary.kernels import _downgrades, _kernels
@@ -39,11 +40,11 @@ def summarize(old: dict[str, Any], new: dict[str, Any], diff: PlanDiff, *,
                         _outputs(new).get("totalGpus", sum(p.gpus for p in new_pools.values())),
                         _quota(tenants, "before"), _quota(tenants, "after"),
                         sum(p.advertised for p in old_pools.values()), sum(p.advertised for p in new_pools.values()),
-                        _other_kinds(tenants, new_pools))
+                        _other_kinds(tenants, new_pools), device_classes(new))
     downgrades = [Destructive(f"driver for {key} downgraded, branch {was} -> {now}",
                               "the newer driver on every node on that kernel: containers built for its CUDA version "
                               "may not run on the older branch") for key, was, now in _downgrades(old, new)]
     return FleetSummary(new.get("stack", ""), release[0], release[1], pools, kernels, tenants, capacity,
-                        _destructive(diff, pools, tenants, kernels) + downgrades,
+                        mode_switch(old, new) + _destructive(diff, pools, tenants, kernels) + downgrades,
                         _unknowns(diff, pools, kernels, offline), _engine_notes(diff),
                         _retirements(pools, tenants, old, new), release_stages(old, new))

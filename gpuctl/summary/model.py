@@ -173,6 +173,8 @@ class Capacity:
     schedulable_after: int
     # The head's other kinds (GPU shares, MIG slices): extended resource -> (tenants' quotas, pools' advertised).
     kinds_after: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Allocation mode dra: DeviceClass -> (tenants' quotas on it, devices it covers), in the head.
+    classes_after: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, SecretStr, StrictBool, model_validator
 from pydantic.alias_generators import to_camel, to_snake
@@ -10,6 +10,7 @@ from pydantic.alias_generators import to_camel, to_snake
 from components import labels
 from fleet.kernels import DriverRelease, KernelTarget
 from fleet.partitioning import kind_of
+from stacks.allocation import dra_problem
 from stacks.config.cluster import ClusterConfig
 from stacks.config.drivers import DriverConfig
 from stacks.config.fields import MAX_LABEL_VALUE, StrictModel, field_error
@@ -35,6 +36,7 @@ class StackConfig(StrictModel):
     monitoring: MonitoringConfig = MonitoringConfig()
     registry_pull_secret: Annotated[SecretStr, AfterValidator(docker_config_json)] | None = None
     preflight: StrictBool = True
+    allocation_mode: Literal["devicePlugin", "dra"] = "devicePlugin"  # docs/dra.md
 
     @model_validator(mode="after")
     def _check(self) -> StackConfig:
@@ -46,6 +48,8 @@ class StackConfig(StrictModel):
                 seen.add(item.name)
         openshift = self.cluster.flavor == "openshift"
         self._check_placement()
+        if self.allocation_mode == "dra" and (problem := dra_problem(self)):
+            raise field_error(*problem)
         for pool in self.node_pools:
             if openshift and (pool.os or pool.kernel):
                 raise ValueError(f"nodePools: pool {pool.name!r} sets os or kernel, but OpenShift nodes run the kernel "
