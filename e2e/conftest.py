@@ -143,18 +143,22 @@ def applied(request, tools, tmp_path_factory) -> Iterator[Applied]:
         admin = prepare_cluster(stack, plane)
         applied = Applied(stack, plane, admin)
         apply_stack(applied)
-        # What `pulumi up` waits for before binding a tenant's members (pulumi.com/waitFor on each quota): the
-        # controller manager has written the quota's status, which is all the quota admission enforces.
-        for obj in [obj for obj in stack.objects() if obj["kind"] == "ResourceQuota"]:
-            name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
-            wait_for(lambda: (admin.get("v1", "ResourceQuota", name, namespace) or {}).get("status", {}).get("hard"),
-                     f"quota {namespace}/{name} enforced", timeout=60)
-        # The controller manager at work: the default ServiceAccount of every namespace (pods need it).
-        for namespace in [obj["metadata"]["name"] for obj in stack.objects() if obj["kind"] == "Namespace"]:
-            wait_for(lambda: admin.get("v1", "ServiceAccount", "default", namespace), f"{namespace}/default", 30)
+        tenants_ready(stack, admin)
         yield applied
         for client in [admin, *applied.users.values()]:
             client.close()
+
+
+def tenants_ready(stack: Stack, admin: Kube) -> None:
+    """Wait for what `pulumi up` waits for before binding a tenant's members (pulumi.com/waitFor on each quota): the
+    controller manager has written each quota's status, which is all the quota admission enforces; and for the
+    default ServiceAccount of every namespace (pods need it)."""
+    for obj in [obj for obj in stack.objects() if obj["kind"] == "ResourceQuota"]:
+        name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
+        wait_for(lambda: (admin.get("v1", "ResourceQuota", name, namespace) or {}).get("status", {}).get("hard"),
+                 f"quota {namespace}/{name} enforced", timeout=60)
+    for namespace in [obj["metadata"]["name"] for obj in stack.objects() if obj["kind"] == "Namespace"]:
+        wait_for(lambda: admin.get("v1", "ServiceAccount", "default", namespace), f"{namespace}/default", 30)
 
 
 def node_ready(node: dict[str, Any] | None) -> bool:

@@ -18,7 +18,7 @@ from kubernetes.dynamic.exceptions import ApiException, NotFoundError
 from components import labels
 from components.dra_admission import ADMIN_ACCESS_LABEL, CLAIM_VALIDATIONS, NAMESPACE_VALIDATIONS
 from e2e.cluster import ControlPlane
-from e2e.conftest import Applied, apply_stack, prepare_cluster
+from e2e.conftest import Applied, apply_stack, prepare_cluster, tenants_ready
 from e2e.dra import GPU_CLUSTER_CRD, resource_slices
 from e2e.kube import Kube, api_message, apply_crds, refusal, stays, wait_for
 from e2e.stack import Stack
@@ -49,12 +49,7 @@ def applied(tools, tmp_path_factory) -> Iterator[Applied]:
         admin = prepare_cluster(stack, plane)
         applied = Applied(stack, plane, admin)
         apply_stack(applied)
-        for obj in [obj for obj in stack.objects() if obj["kind"] == "ResourceQuota"]:
-            name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
-            wait_for(lambda: (admin.get("v1", "ResourceQuota", name, namespace) or {}).get("status", {}).get("hard"),
-                     f"quota {namespace}/{name} enforced", timeout=60)
-        for namespace in [obj["metadata"]["name"] for obj in stack.objects() if obj["kind"] == "Namespace"]:
-            wait_for(lambda: admin.get("v1", "ServiceAccount", "default", namespace), f"{namespace}/default", 30)
+        tenants_ready(stack, admin)
         for slice_ in resource_slices(stack):
             admin.create(slice_)
         claims_policy_in_force(admin)
