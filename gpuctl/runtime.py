@@ -224,6 +224,16 @@ def _settled(program: Callable[[], Any]) -> Callable[[], Any]:
     return run
 
 
+def _replace_if_read(module: Any, name: str, digest: str, replacement: Callable) -> bool:
+    """Set `module.name` to `replacement` if its source is the one whose SHA-256 is `digest`; True if replaced."""
+    current = getattr(module, name)
+    if current is not replacement:
+        if hashlib.sha256(inspect.getsource(current).encode()).hexdigest() != digest:
+            return False
+        setattr(module, name, replacement)
+    return True
+
+
 # SHA-256 of the source of the SDK's `rpc.contains_unknowns` that `acyclic_contains_unknowns` replaces.
 SDK_CONTAINS_UNKNOWNS = "1f1f335b6f48b96055607dbb5be2e53b1163e35ec88704c89a41271070017cc8"
 
@@ -256,12 +266,7 @@ def acyclic_contains_unknowns() -> bool:
     about 170 MB of peak memory. The replacement is made only where the SDK's source is the one read here (an
     upgrade keeps the SDK's own until this is looked at again; a test says so).
     """
-    if rpc.contains_unknowns is not _acyclic:
-        source = inspect.getsource(rpc.contains_unknowns)
-        if hashlib.sha256(source.encode()).hexdigest() != SDK_CONTAINS_UNKNOWNS:
-            return False
-        rpc.contains_unknowns = _acyclic
-    return True
+    return _replace_if_read(rpc, "contains_unknowns", SDK_CONTAINS_UNKNOWNS, _acyclic)
 
 
 # SHA-256 of the source of the SDK's `resource._get_stack_trace` that `no_stack_traces` replaces.
@@ -282,12 +287,7 @@ def no_stack_traces() -> bool:
     platform, costs more than a resource of a flat loop. At 10,000 resources it was a tenth of a render. The
     replacement is made only where the SDK's source is the one read here (a test says so).
     """
-    if resource._get_stack_trace is not _no_stack_trace:
-        source = inspect.getsource(resource._get_stack_trace)
-        if hashlib.sha256(source.encode()).hexdigest() != SDK_GET_STACK_TRACE:
-            return False
-        resource._get_stack_trace = _no_stack_trace
-    return True
+    return _replace_if_read(resource, "_get_stack_trace", SDK_GET_STACK_TRACE, _no_stack_trace)
 
 
 def run_program(stack: str, config: dict[str, Any], secret_keys: list[str], program: Callable[[], Any]) -> dict:
