@@ -12,15 +12,15 @@ from gpuctl.summary.plans import _outputs
 # GPUCluster's, never both (components/dra.py); pods holding DRA claims keep the DRA driver on their node until they
 # end (GPU Operator v26.7.0 controllers/nodelabeling_controller.go, the deferred kubelet-plugin removal).
 MODE_SWITCH = {
-    ("devicePlugin", "dra"): "on every GPU node the ClusterPolicy's operands stop (device plugin, GPU feature discovery, "
-                             "container toolkit, MIG manager, DCGM exporter) and the GPUCluster's start (DRA driver, "
-                             "DCGM exporter, DRA validator); running GPU pods keep their GPUs, but new pods asking "
-                             "nvidia.com/* get none: tenants move to claims (NVIDIA supports the GPUCluster on new "
-                             "deployments only, not as an in-place migration)",
-    ("dra", "devicePlugin"): "on every GPU node the GPUCluster's operands stop (DRA driver, DCGM exporter, DRA "
-                             "validator) and the ClusterPolicy's start (device plugin, GPU feature discovery, "
-                             "container toolkit, MIG manager, DCGM exporter); the DeviceClasses go: claims no longer "
-                             "allocate, and pods holding devices keep them until they end",
+    ("devicePlugin", "dra"): "the ClusterPolicy's operands on every GPU node (device plugin, GPU feature discovery, "
+                             "container toolkit, MIG manager, DCGM exporter), which the GPUCluster's replace (DRA "
+                             "driver, DCGM exporter, DRA validator); running GPU pods keep their GPUs, but new pods "
+                             "asking nvidia.com/* get none: tenants move to claims (NVIDIA supports the GPUCluster on "
+                             "new deployments only, not as an in-place migration)",
+    ("dra", "devicePlugin"): "the GPUCluster's operands on every GPU node (DRA driver, DCGM exporter, DRA validator), "
+                             "which the ClusterPolicy's replace (device plugin, GPU feature discovery, container "
+                             "toolkit, MIG manager, DCGM exporter), and the DeviceClasses: claims no longer allocate, "
+                             "and pods holding devices keep them until they end",
 }
 
 
