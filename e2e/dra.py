@@ -8,9 +8,9 @@ a whole GPU named `gpu-<minor>` (deviceinfo.go, GpuInfo.CanonicalName) with the 
 `gpu-<minor>-mig-<profile without dots>-<profile ID>-<placement start>` (mig.go, MigSpecTuple.ToCanonicalName) with
 `type` "mig", `profile`, `parentUUID` and its parent's attributes (deviceinfo.go, MigDeviceInfo.GetDevice). The values
 an H100 reports are read from ../shared/notes/gpu-readings.md; attributes whose values we have not read (brand,
-architecture, CUDA driver version, PCIe root) are left out, and a GPU whose NVML name we have not read gets GPU feature
-discovery's form of it (the classes compare that form). What a stand-in cannot show: the driver preparing a device
-(CDI), its health checks, and DynamicMIG.
+architecture, CUDA driver version, PCIe root), and a model's compute capability and memory where not read, are left
+out; a GPU whose NVML name we have not read gets GPU feature discovery's form of it (the classes compare that form).
+What a stand-in cannot show: the driver preparing a device (CDI), its health checks, and DynamicMIG.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ STANDARD_PREFIX = "resource.kubernetes.io/"  # k8s.io/dynamic-resource-allocatio
 # ../shared/notes/gpu-readings.md: NVML product name, compute capability, memory (MiB), driver 580.159.04; and per MIG
 # profile its NVML profile ID, memory (MiB) and the placements it may start at.
 NVML_NAMES = {"NVIDIA-H100-80GB-HBM3": "NVIDIA H100 80GB HBM3"}
-H100 = {"computeCapability": "9.0.0", "memoryMiB": 81559}
+# The compute capability and memory (MiB) read for a model; a model not read (the example's L40S) publishes neither.
+READINGS = {"NVIDIA-H100-80GB-HBM3": {"computeCapability": "9.0.0", "memoryMiB": 81559}}
 DRIVER_VERSION = "580.159.4"  # 580.159.04 as a semantic version
 MIG_PROFILES = {"1g.10gb": (19, 9984, range(7))}
 
@@ -35,8 +36,9 @@ def _uuid(*parts: str) -> str:
 
 
 def _common(model: str, bus: str) -> dict[str, Any]:
+    read = READINGS.get(model, {})
     return {"productName": {"string": NVML_NAMES.get(model, model)},
-            "cudaComputeCapability": {"version": H100["computeCapability"]},
+            **({"cudaComputeCapability": {"version": read["computeCapability"]}} if read else {}),
             "driverVersion": {"version": DRIVER_VERSION},
             f"{STANDARD_PREFIX}pciBusID": {"string": bus}}
 
@@ -49,7 +51,8 @@ def devices(node: str, model: str, gpus: int, mig: dict[str, int]) -> list[dict[
         if not mig:
             result.append({"name": f"gpu-{minor}", "attributes": {
                 "type": {"string": "gpu"}, "uuid": {"string": parent}, **_common(model, bus)},
-                "capacity": {"memory": {"value": f"{H100['memoryMiB']}Mi"}}})
+                **({"capacity": {"memory": {"value": f"{READINGS[model]['memoryMiB']}Mi"}}} if model in READINGS
+                   else {})})
             continue
         for profile, count in mig.items():
             profile_id, memory, starts = MIG_PROFILES[profile]
