@@ -49,44 +49,10 @@ def _command_setup(parent: int) -> None:
 
 
 class Child:
-    """A running child: a command, or a function of this process run in a fork."""
+    """A running child: a command, or a function of this process run in a fork (started through a `Group`)."""
 
     def __init__(self, pid: int, popen: subprocess.Popen | None = None) -> None:
         self.pid, self.popen, self.returncode = pid, popen, None
-
-    @classmethod
-    def command(cls, argv: Sequence[str], cwd: Path, stderr: Path) -> Child:
-        """Run `argv` in `cwd`, its output to `stderr` (a file: two children writing pipes nobody reads could
-        block)."""
-        with open(stderr, "wb") as errors, signals_held():
-            popen = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=errors, preexec_fn=functools.partial(_command_setup, os.getpid()))
-        return cls(popen.pid, popen)
-
-    @classmethod
-    def fork(cls, work: Callable[[], int]) -> Child:
-        """Run `work()` in a fork of this process; its return value is the child's exit code. Signals are the
-        parent's to handle: the child ignores Ctrl-C (the terminal sends it to both) and dies on SIGTERM and SIGHUP."""
-        sys.stdout.flush()
-        sys.stderr.flush()
-        parent = os.getpid()
-        with signals_held():
-            pid = os.fork()
-            if not pid:
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                signal.signal(signal.SIGHUP, signal.SIG_DFL)
-        if pid:
-            return cls(pid)
-        code = 70  # EX_SOFTWARE, when `work` raises: its traceback is on stderr
-        try:
-            die_with_parent(parent)
-            code = work()
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            sys.stderr.flush()
-            os._exit(code)
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -106,9 +72,60 @@ class Child:
             except ProcessLookupError:
                 pass
             if self.popen is not None:
-                self.popen.wait()
+                self.returncode = self.popen.wait()
             else:
                 self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+
+
+class Group:
+    """The children started for one piece of work, all stopped and reaped when the block ends. Each is recorded while
+    the signals are still held for its start, so a signal that unwinds the starter cannot leave one out (it would
+    outlive the scratch folder it writes in)."""
+
+    def __init__(self) -> None:
+        self.children: list[Child] = []
+
+    def __enter__(self) -> Group:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for child in self.children:
+            child.kill()
+
+    def command(self, argv: Sequence[str], cwd: Path, stderr: Path) -> Child:
+        """Run `argv` in `cwd`, its output to `stderr` (a file: two children writing pipes nobody reads could
+        block)."""
+        with open(stderr, "wb") as errors, signals_held():
+            popen = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=errors, preexec_fn=functools.partial(_command_setup, os.getpid()))
+            child = Child(popen.pid, popen)
+            self.children.append(child)
+        return child
+
+    def fork(self, work: Callable[[], int]) -> Child:
+        """Run `work()` in a fork of this process; its return value is the child's exit code. Signals are the
+        parent's to handle: the child ignores Ctrl-C (the terminal sends it to both) and dies on SIGTERM and SIGHUP."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        parent = os.getpid()
+        with signals_held():
+            pid = os.fork()
+            if pid:
+                child = Child(pid)
+                self.children.append(child)
+                return child
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        code = 70  # EX_SOFTWARE, when `work` raises: its traceback is on stderr
+        try:
+            die_with_parent(parent)
+            code = work()
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
 
 
 def wait_all(children: Sequence[Child]) -> None:

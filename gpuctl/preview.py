@@ -16,7 +16,7 @@ from typing import Any
 
 from gpuctl import basecache, check, deployed, report, scratch, summary, upgrade
 from gpuctl import diff as plan_diff
-from gpuctl.children import Child, wait_all
+from gpuctl.children import Child, Group, wait_all
 from gpuctl.inputs import read_input
 from gpuctl.outputs import check_output_file, write_output_file
 from gpuctl.cli import (BAD_INPUT, OK, ROOT, VIOLATION, add_format_arguments, add_stack_arguments, console,
@@ -70,36 +70,33 @@ def render_both(args: argparse.Namespace, head: StackFile,
                                                      args.stack_path)
     old = basecache.read(entry) if entry else None
     online = not args.offline
-    with scratch.folder("gpuctl-base-") as work:
+    # The children end (killed and reaped) before their scratch folder is removed.
+    with scratch.folder("gpuctl-base-") as work, Group() as children:
         base: list[Child] = []
         parts: list[Child] = []
-        try:
-            previous = _previous(old, deployed_kernels) if old is not None else None
-            if old is None:
-                _extract(commit, work / "tree")
-                if args.stack_path and (work / "tree" / args.stack_path).is_file():
-                    base.append(_start_base(args, work))
-                    declared = _declared_kernels(work / "tree" / args.stack_path, args.stack, observed)
-                    previous = None if declared is None else sorted({*declared, *deployed_kernels})
-                else:
-                    old = empty_plan(args.stack)
-                    previous = _previous(old, deployed_kernels)
-            if args.jobs > 1 and previous is not None:
-                count = head_parts(head, args.jobs - len(base))
-                parts = [Child.fork(functools.partial(
-                    _render_head, head, observed, online, previous, work / f"head-{index}",
-                    Part(index, count) if count > 1 else None)) for index in range(count)]
-            wait_all([*base, *parts])
-            if old is None:
-                old = _base_plan(base[0], args.base, work, entry)
-            new, said = _head_plan(parts, work) if parts else (None, "")
-            if new is not None and set(previous) == set(_previous(old, deployed_kernels)):
-                sys.stderr.write(said)
-                return old, new
-            return old, render_plan(head, observed, online=online, previous=_previous(old, deployed_kernels))
-        finally:
-            for child in (*base, *parts):
-                child.kill()
+        previous = _previous(old, deployed_kernels) if old is not None else None
+        if old is None:
+            _extract(commit, work / "tree")
+            if args.stack_path and (work / "tree" / args.stack_path).is_file():
+                base.append(_start_base(args, work, children))
+                declared = _declared_kernels(work / "tree" / args.stack_path, args.stack, observed)
+                previous = None if declared is None else sorted({*declared, *deployed_kernels})
+            else:
+                old = empty_plan(args.stack)
+                previous = _previous(old, deployed_kernels)
+        if args.jobs > 1 and previous is not None:
+            count = head_parts(head, args.jobs - len(base))
+            parts = [children.fork(functools.partial(
+                _render_head, head, observed, online, previous, work / f"head-{index}",
+                Part(index, count) if count > 1 else None)) for index in range(count)]
+        wait_all([*base, *parts])
+        if old is None:
+            old = _base_plan(base[0], args.base, work, entry)
+        new, said = _head_plan(parts, work) if parts else (None, "")
+        if new is not None and set(previous) == set(_previous(old, deployed_kernels)):
+            sys.stderr.write(said)
+            return old, new
+        return old, render_plan(head, observed, online=online, previous=_previous(old, deployed_kernels))
 
 
 def _previous(base: dict[str, Any], deployed_kernels: list[KernelTarget]) -> list[KernelTarget]:
@@ -116,7 +113,7 @@ def head_parts(head: StackFile, processes: int) -> int:
     return max(1, min(processes, len(tenants) // TENANTS_PER_PART if isinstance(tenants, list) else 0))
 
 
-def _start_base(args: argparse.Namespace, work: Path) -> Child:
+def _start_base(args: argparse.Namespace, work: Path, children: Group) -> Child:
     """`gpuctl render` of the base revision, as that revision's gpuctl does it, into work/plan."""
     source = ["--config-file", str(work / "tree" / args.stack_path)] if args.config_file else ["--stack", args.stack]
     command = [sys.executable, "-m", "gpuctl", "render", *source, "--out", str(work / "plan"), "--offline"]
@@ -124,7 +121,7 @@ def _start_base(args: argparse.Namespace, work: Path) -> Child:
         command += ["--observed-nodes", str(Path(args.observed_nodes).resolve())]
     if args.registry_pull_secret_file:  # the head's pull secret, so both routes give the same plan
         command += ["--registry-pull-secret-file", str(Path(args.registry_pull_secret_file).resolve())]
-    return Child.command(command, cwd=work / "tree", stderr=work / "base.stderr")
+    return children.command(command, cwd=work / "tree", stderr=work / "base.stderr")
 
 
 def _base_plan(child: Child, ref: str, work: Path, entry: str | None) -> dict[str, Any]:
