@@ -22,10 +22,12 @@ import pulumi_kubernetes as k8s
 
 from components import labels
 from components.admission import POLICY_NAME as TENANT_PODS_POLICY
+from components.dra_admission import POLICY_NAME as CLAIMS_POLICY
 from components.manifests import RESTRICTED_CONTAINER, child_options, metadata, run_once
 from components.tenant_network import DEFAULT_NETWORK_ANNOTATION, POLICY_NAME as NETWORK_POLICY
 from components.tenant_objects import POLICY_NAME as OBJECTS_POLICY, TOKEN_SECRET
 from components.tenant_quota import quota as enforced_quota
+from fleet.dra import OPERATOR_CLASSES
 
 # Where the gate's Job runs, and the namespace the tenant policies bind where nothing can be created.
 GATE_NAMESPACE, PROBE_NAMESPACE = labels.ADMISSION_GATE_NAMESPACES
@@ -47,6 +49,22 @@ class Probe:
     resource: str
     body: dict[str, Any]
 
+    @property
+    def group(self) -> str:
+        """The object's API group ("" for the core group)."""
+        return self.body["apiVersion"].rpartition("/")[0]
+
+    @property
+    def path(self) -> str:
+        """Where the API server serves the object's group and version."""
+        return f"apis/{self.body['apiVersion']}" if self.group else f"api/{self.body['apiVersion']}"
+
+    @property
+    def quota_key(self) -> str:
+        """The ResourceQuota key that counts objects of this resource (core kinds have names of their own;
+        k8s.io/kubernetes v1.34.4 pkg/quota/v1/evaluator/core: `count/<resource>.<group>` for any other)."""
+        return f"count/{self.resource}.{self.group}" if self.group else self.resource
+
 
 def _pod(name: str, image: str, **spec: Any) -> dict[str, Any]:
     annotations = spec.pop("annotations", None)
@@ -58,9 +76,14 @@ def _pod(name: str, image: str, **spec: Any) -> dict[str, Any]:
                      "containers": [container], **spec}}
 
 
-def tenant_probes(image: str, queue: bool) -> tuple[Probe, ...]:
+def _claim(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": name, "metadata": {"name": "names-a-class"}, "spec": spec}
+
+
+def tenant_probes(image: str, queue: bool, dra: bool = False) -> tuple[Probe, ...]:
     """One object per policy a tenant is held to, each breaking that policy only (the API server names only the first
-    policy that refuses) and Pod Security `restricted` not at all."""
+    policy that refuses) and Pod Security `restricted` not at all. In allocation mode dra, a claim and a claim
+    template naming a DeviceClass: the probe namespace is given none."""
     probes = [
         Probe(TENANT_PODS_POLICY, "pods", _pod("tolerates-gpu-taint", image, tolerations=[
             {"key": labels.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}])),
@@ -76,6 +99,12 @@ def tenant_probes(image: str, queue: bool) -> tuple[Probe, ...]:
     if queue:
         probes.append(Probe(labels.QUEUE_POLICY_NAME, "pods", _pod("gpu-outside-queue", image, resources={
             "limits": {labels.GPU_RESOURCE: "1"}})))
+    if dra:
+        # The operator's class of whole GPUs: one no tenant is given.
+        devices = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": OPERATOR_CLASSES[0]}}]}}
+        probes += [Probe(f"{CLAIMS_POLICY}-resourceclaims", "resourceclaims", _claim("ResourceClaim", devices)),
+                   Probe(f"{CLAIMS_POLICY}-resourceclaimtemplates", "resourceclaimtemplates",
+                         _claim("ResourceClaimTemplate", {"spec": devices}))]
     return tuple(probes)
 
 
@@ -88,15 +117,15 @@ api=${APISERVER:-https://kubernetes.default.svc}
 sa=${ACCOUNT_DIR:-/var/run/secrets/kubernetes.io/serviceaccount}
 dry_run() {
   if command -v oc >/dev/null 2>&1; then
-    printf '%s' "$2" | oc create --dry-run=server -n "$NAMESPACE" -f - 2>&1
+    printf '%s' "$3" | oc create --dry-run=server -n "$NAMESPACE" -f - 2>&1
   else
     curl -sS --max-time 10 --cacert "$sa/ca.crt" -H "Authorization: Bearer $(cat "$sa/token")" \\
-      -H 'Content-Type: application/json' --data-binary "$2" "$api/api/v1/namespaces/$NAMESPACE/$1?dryRun=All" 2>&1
+      -H 'Content-Type: application/json' --data-binary "$3" "$api/$1/namespaces/$NAMESPACE/$2?dryRun=All" 2>&1
   fi
 }
 refused_by() {
-  echo "waiting for $1 to refuse $2 in $NAMESPACE"
-  until dry_run "$2" "$3" | grep -q "ValidatingAdmissionPolicy '$1' with binding"; do sleep 2; done
+  echo "waiting for $1 to refuse $3 in $NAMESPACE"
+  until dry_run "$2" "$3" "$4" | grep -q "ValidatingAdmissionPolicy '$1' with binding"; do sleep 2; done
   echo "$1 is in force"
 }
 """
@@ -107,7 +136,7 @@ def gate_script(probes: tuple[Probe, ...]) -> str:
     bodies = [json.dumps(probe.body, separators=(",", ":")) for probe in probes]
     if any("'" in body for body in bodies):
         raise ValueError("a probe's body may not hold a single quote (the script quotes it so)")
-    return GATE_SCRIPT_HEAD + "".join(f"refused_by {probe.policy} {probe.resource} '{body}'\n"
+    return GATE_SCRIPT_HEAD + "".join(f"refused_by {probe.policy} {probe.path} {probe.resource} '{body}'\n"
                                       for probe, body in zip(probes, bodies))
 
 
@@ -138,16 +167,16 @@ class AdmissionGate(pulumi.ComponentResource):
         # A dry run is authorised as the create it stands for, so the gate holds `create` on what it probes with; this
         # quota of 0 of each (checked after the policies) refuses every real one. Its status must be written before it
         # refuses anything.
-        created = sorted({probe.resource for probe in args.probes})
         quota = enforced_quota(f"{name}-probe-quota", "nothing", PROBE_NAMESPACE,
-                               {"hard": {resource: "0" for resource in created}}, in_probe)
+                               {"hard": {probe.quota_key: "0" for probe in args.probes}}, in_probe)
         namespace = k8s.core.v1.Namespace(f"{name}-namespace", metadata=metadata(
             GATE_NAMESPACE, extra_labels=restricted), opts=child_options(self, opts))
         in_gate = child_options(self, opts, namespace)
         account = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=metadata(ACCOUNT, GATE_NAMESPACE), opts=in_gate)
+        groups = sorted({probe.group for probe in args.probes})
         role = k8s.rbac.v1.Role(f"{name}-role", metadata=metadata(ACCOUNT, PROBE_NAMESPACE), rules=[
-            {"apiGroups": [""], "resources": created, "verbs": ["create"]},
-        ], opts=in_probe)
+            {"apiGroups": [group], "resources": sorted({p.resource for p in args.probes if p.group == group}),
+             "verbs": ["create"]} for group in groups], opts=in_probe)
         binding = k8s.rbac.v1.RoleBinding(
             f"{name}-binding", metadata=metadata(ACCOUNT, PROBE_NAMESPACE),
             subjects=[{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": GATE_NAMESPACE}],

@@ -92,10 +92,11 @@ def policies_in_force(applied: Applied) -> None:
              if obj["kind"] == "ValidatingAdmissionPolicyBinding"}
     if PROBE_NAMESPACE not in {obj["metadata"]["name"] for obj in applied.live.values() if obj["kind"] == "Namespace"}:
         return
-    for probe in tenant_probes(CURL_IMAGE, queue=applied.stack.config.tenancy.mode == "queue"):
+    config = applied.stack.config
+    for probe in tenant_probes(CURL_IMAGE, queue=config.tenancy.mode == "queue", dra=config.allocation_mode == "dra"):
         if probe.policy not in bound:
             continue
-        resource = applied.admin.resource("v1", probe.body["kind"])
+        resource = applied.admin.resource(probe.body["apiVersion"], probe.body["kind"])
 
         def refused() -> bool:
             try:

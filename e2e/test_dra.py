@@ -13,15 +13,17 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes.dynamic.exceptions import ApiException, NotFoundError
+from kubernetes.dynamic.exceptions import NotFoundError
 
 from components import labels
+from components.admission_gate import ACCOUNT, GATE_NAMESPACE, PROBE_NAMESPACE
 from components.dra_admission import ADMIN_ACCESS_LABEL, CLAIM_VALIDATIONS, NAMESPACE_VALIDATIONS
 from e2e.cluster import ControlPlane
 from e2e.conftest import Applied, apply_stack, prepare_cluster, tenants_ready
 from e2e.dra import GPU_CLUSTER_CRD, resource_slices
-from e2e.kube import Kube, api_message, apply_crds, refusal, stays, wait_for
+from e2e.kube import Kube, apply_crds, refusal, stays, wait_for
 from e2e.stack import Stack
+from e2e.test_admission_gate import IN_FORCE_SECONDS, probed_policies, start_gate
 from fleet.dra import quota_key
 from tests.conftest import ROOT
 
@@ -52,23 +54,9 @@ def applied(tools, tmp_path_factory) -> Iterator[Applied]:
         tenants_ready(stack, admin)
         for slice_ in resource_slices(stack):
             admin.create(slice_)
-        claims_policy_in_force(admin)
         yield applied
         for client in [admin, *applied.users.values()]:
             client.close()
-
-
-def claims_policy_in_force(admin: Kube) -> None:
-    """Until the API server has loaded the claims policy (it loads policies asynchronously), a claim naming a class
-    not given could pass: wait until a dry run of one is refused by it."""
-    def refused() -> bool:
-        try:
-            admin.resource(RESOURCE, "ResourceClaim").create(body=claim("probe", "research", "gpu.nvidia.com"),
-                                                             namespace="research", dry_run="All")
-        except ApiException as error:
-            return "ValidatingAdmissionPolicy 'gpu-platform-tenant-claims-resourceclaims'" in api_message(error)
-        return False
-    wait_for(refused, "the claims policy in force", timeout=60)
 
 
 @pytest.fixture
@@ -277,3 +265,32 @@ def test_a_high_priority_claim_on_a_full_class_waits_no_preemption(cluster: Appl
     assert condition["status"] == "False"
     print(f"gpu-high pod on a full class: {condition['reason']}: {condition.get('message')}")
 
+
+
+def test_the_admission_gate_waits_for_the_claims_policies_too(cluster: Applied, tmp_path) -> None:
+    """The gate's own script (run as its pod would run it, a stand-in: see e2e/test_admission_gate.py), as its own
+    service account: it probes the claims and claim-template policies through resource.k8s.io, as well as the pod
+    policies, and ends once each refuses in its own name; its account can create no claim for real."""
+    probed = probed_policies(cluster.stack)
+    assert {"gpu-platform-tenant-claims-resourceclaims", "gpu-platform-tenant-claims-resourceclaimtemplates"} <= set(
+        probed)
+    gate = start_gate(cluster.stack, cluster.plane, cluster.admin, tmp_path / "account")
+    try:
+        output, _ = gate.communicate(timeout=IN_FORCE_SECONDS)
+    finally:
+        if gate.poll() is None:
+            gate.kill()
+            gate.wait()
+    assert gate.returncode == 0, output
+    for policy in probed:
+        assert f"{policy} is in force" in output, output
+    # The quota controller counts both kinds at 0 (the keys are ones it knows), and a real claim is refused.
+    hard = cluster.admin.get("v1", "ResourceQuota", "nothing", PROBE_NAMESPACE)["status"]["hard"]
+    assert hard["count/resourceclaims.resource.k8s.io"] == hard["count/resourceclaimtemplates.resource.k8s.io"] == "0"
+    as_gate = Kube(cluster.plane.kubeconfig, user=f"system:serviceaccount:{GATE_NAMESPACE}:{ACCOUNT}",
+                   group="system:serviceaccounts")
+    try:
+        assert refusal(lambda: as_gate.create(claim("real", PROBE_NAMESPACE, WHOLE)))
+        assert not as_gate.can("get", "resourceclaims", PROBE_NAMESPACE, group="resource.k8s.io")
+    finally:
+        as_gate.close()

@@ -136,9 +136,10 @@ class GpuPlatform(pulumi.ComponentResource):
                       pulumi.ResourceOptions(parent=self)) if queued else None
         # The API server loads policies asynchronously: members are bound only once each policy refuses its probe.
         gate_image = cli_image or CURL_IMAGE
-        gate = AdmissionGate("admission-gate", AdmissionGateArgs(
-            tenant_probes(gate_image, queue=queued), gate_image, openshift=openshift), pulumi.ResourceOptions(
-                parent=self, depends_on=[admission, network_admission, objects, *claims, *([kueue] if kueue else [])]))
+        probes = tenant_probes(gate_image, queue=queued, dra=dra)
+        gate = AdmissionGate("admission-gate", AdmissionGateArgs(probes, gate_image, openshift=openshift),
+                             pulumi.ResourceOptions(parent=self, depends_on=[
+                                 admission, network_admission, objects, *claims, *([kueue] if kueue else [])]))
         tenants = part.tenants(config.tenants) if part else config.tenants  # those this process registers
         # Every kind the fleet advertises is capped in each tenant's quota (0 where not given): a quota caps only
         # the resources it names.

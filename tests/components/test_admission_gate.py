@@ -16,7 +16,7 @@ from tests.conftest import ROOT, Plan, render_stack
 
 JOB = "kubernetes:batch/v1:Job"
 GATE = f"system:serviceaccount:{GATE_NAMESPACE}:{ACCOUNT}"
-EXAMPLES = {"queue": ROOT / "examples/Pulumi.queue.yaml", "queue-openshift": ROOT / "examples/Pulumi.queue-openshift.yaml"}
+EXAMPLES = {name: ROOT / f"examples/Pulumi.{name}.yaml" for name in ("queue", "queue-openshift", "dra")}
 
 
 def plan_of(stack: str) -> Plan:
@@ -24,7 +24,7 @@ def plan_of(stack: str) -> Plan:
     return render_stack(stack, yaml.safe_load(path.read_text())["config"]) if path else render_stack(stack)
 
 
-@pytest.fixture(scope="module", params=["dev", "prod", "onprem", "partitioned", "queue", "queue-openshift"])
+@pytest.fixture(scope="module", params=["dev", "prod", "onprem", "partitioned", "queue", "queue-openshift", "dra"])
 def plan(request: pytest.FixtureRequest) -> Plan:
     return plan_of(request.param)
 
@@ -38,7 +38,7 @@ def tenant_policies(plan: Plan) -> dict[str, dict[str, Any]]:
     """The policies bound (Deny) to every namespace with the tenant label, by name: the ones tenants are held to."""
     bound = {b["spec"]["policyName"] for b in plan.kind("ValidatingAdmissionPolicyBinding")
              if {"key": labels.TENANT_LABEL, "operator": "Exists"} in
-             b["spec"]["matchResources"]["namespaceSelector"].get("matchExpressions", [])}
+             b["spec"].get("matchResources", {}).get("namespaceSelector", {}).get("matchExpressions", [])}
     return {p["metadata"]["name"]: p["spec"] for p in plan.kind("ValidatingAdmissionPolicy")
             if p["metadata"]["name"] in bound}
 
@@ -55,7 +55,7 @@ def refusals(spec: dict[str, Any], probe: Probe, namespace_labels: dict[str, str
 
 def probes_of(plan: Plan) -> tuple[Probe, ...]:
     image = gate_job(plan)["inputs"]["spec"]["template"]["spec"]["containers"][0]["image"]
-    return tenant_probes(image, queue=bool(plan.kind("ClusterQueue")))
+    return tenant_probes(image, queue=bool(plan.kind("ClusterQueue")), dra=bool(plan.kind("DeviceClass")))
 
 
 def test_every_tenant_policy_is_probed_and_each_probe_is_refused_by_its_policy_alone(plan: Plan) -> None:
@@ -98,14 +98,19 @@ def test_the_gate_may_create_only_in_the_probe_namespace_where_a_quota_refuses_e
     binding = plan.manifest("RoleBinding", ACCOUNT, PROBE_NAMESPACE)
     quota = plan.manifest("ResourceQuota", "nothing", PROBE_NAMESPACE)
 
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods", "secrets", "services"], "verbs": ["create"]}]
+    dra = bool(plan.kind("DeviceClass"))
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods", "secrets", "services"], "verbs": ["create"]}] + (
+        [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceclaimtemplates"],
+          "verbs": ["create"]}] if dra else [])
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": GATE_NAMESPACE}]
     assert not [b for b in plan.kind("ClusterRoleBinding") + plan.kind("RoleBinding")
                 if b is not binding and any(s.get("name") == ACCOUNT for s in b.get("subjects", []))]
     # Nothing of what it may create can be created for real: not a Secret either.
-    assert quota["spec"]["hard"] == {"pods": "0", "secrets": "0", "services": "0"}
+    kinds = ["pods", "secrets", "services"] + (
+        ["count/resourceclaims.resource.k8s.io", "count/resourceclaimtemplates.resource.k8s.io"] if dra else [])
+    assert quota["spec"]["hard"] == dict.fromkeys(kinds, "0")
     # ... enforced before the gate runs: each limit in its status (see tenant_quota.quota).
-    assert {f"jsonpath={{.status.hard['{kind}']}}=0" for kind in ("pods", "secrets", "services")} <= set(
+    assert {f"jsonpath={{.status.hard['{kind}']}}=0" for kind in kinds} <= set(
         json.loads(quota["metadata"]["annotations"][labels.WAIT_FOR]))
 
 
