@@ -19,8 +19,9 @@ MODE_SWITCH = {
                              "new deployments only, not as an in-place migration)",
     ("dra", "devicePlugin"): "the GPUCluster's operands on every GPU node (DRA driver, DCGM exporter, DRA validator), "
                              "which the ClusterPolicy's replace (device plugin, GPU feature discovery, container "
-                             "toolkit, MIG manager, DCGM exporter), and the DeviceClasses: claims no longer allocate, "
-                             "and pods holding devices keep them until they end",
+                             "toolkit, MIG manager, DCGM exporter), the DeviceClasses, and tenants' access to their "
+                             "claims: claims no longer allocate, pods holding devices keep them until they end, and "
+                             "tenants' claims and claim templates stay for the platform team to remove",
 }
 
 
