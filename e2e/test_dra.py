@@ -194,6 +194,32 @@ def test_a_claim_over_quota_is_refused(cluster: Applied) -> None:
     assert "exceeded quota" in refusal(lambda: kube.create(claim("big", "research", MIG, count=8)))
 
 
+def test_a_claim_for_every_device_of_a_node_counts_as_the_most_it_could_take(cluster: Applied) -> None:
+    """allocationMode All asks for every matching device of a node, however many: the API server counts it as the
+    most one claim may be given (32, AllocationResultsMaxSize), so 7 MIG slices' quota refuses it."""
+    kube = as_tenant(cluster, "research")
+    body = claim("everything", "research", MIG)
+    del body["spec"]["devices"]["requests"][0]["exactly"]["count"]
+    body["spec"]["devices"]["requests"][0]["exactly"]["allocationMode"] = "All"
+    assert "exceeded quota" in refusal(lambda: kube.create(body))
+
+
+def test_a_list_of_alternatives_names_only_classes_given_and_counts_the_largest(cluster: Applied) -> None:
+    """firstAvailable: an alternative of a class not given is refused like a claim of it, and the quota counts the
+    largest alternative of each class (research: 7 MIG slices; an alternative of 8 is over it)."""
+    kube = as_tenant(cluster, "research")
+
+    def alternatives(*choices: tuple[str, int]) -> dict:
+        body = claim("either", "research", MIG)
+        body["spec"]["devices"]["requests"] = [{"name": "gpu", "firstAvailable": [
+            {"name": f"choice-{index}", "deviceClassName": name, "allocationMode": "ExactCount", "count": count}
+            for index, (name, count) in enumerate(choices)]}]
+        return body
+    assert message("variables.allowed", CLAIM_VALIDATIONS) in refusal(
+        lambda: kube.create(alternatives((MIG, 1), (WHOLE, 1))))
+    assert "exceeded quota" in refusal(lambda: kube.create(alternatives((MIG, 1), (MIG, 8))))
+
+
 def test_a_template_over_quota_makes_no_claim(cluster: Applied) -> None:
     """The API server takes a template of 8 against a quota of 7 (quota counts claims, not templates), but the claim
     the resourceclaim controller makes from it for a pod is refused: the pod stays Pending, nothing is allocated."""
