@@ -14,6 +14,9 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import NoReturn
+
+from gpuctl import interrupts
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 POLL = 0.05  # seconds between looks at running children
@@ -78,9 +81,9 @@ class Child:
 
 
 class Group:
-    """The children started for one piece of work, all stopped and reaped when the block ends. Each is recorded while
-    the signals are still held for its start, so a signal that unwinds the starter cannot leave one out (it would
-    outlive the scratch folder it writes in)."""
+    """The children started for one piece of work, all stopped and reaped when the block ends. Each is started and
+    recorded in a shielded block (a signal takes effect once it is recorded, on whichever thread it arrived), so a
+    signal that unwinds the starter cannot leave one out (it would outlive the scratch folder it writes in)."""
 
     def __init__(self) -> None:
         self.children: list[Child] = []
@@ -95,7 +98,7 @@ class Group:
     def command(self, argv: Sequence[str], cwd: Path, stderr: Path) -> Child:
         """Run `argv` in `cwd`, its output to `stderr` (a file: two children writing pipes nobody reads could
         block)."""
-        with open(stderr, "wb") as errors, signals_held():
+        with interrupts.shielded(), open(stderr, "wb") as errors, signals_held():
             popen = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=errors, preexec_fn=functools.partial(_command_setup, os.getpid()))
             child = Child(popen.pid, popen)
@@ -108,24 +111,31 @@ class Group:
         sys.stdout.flush()
         sys.stderr.flush()
         parent = os.getpid()
-        with signals_held():
-            pid = os.fork()
+        with interrupts.shielded():
+            with signals_held():
+                pid = os.fork()
+                if not pid:
+                    signal.signal(signal.SIGINT, signal.SIG_IGN)
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                    signal.signal(signal.SIGHUP, signal.SIG_DFL)
             if pid:
                 child = Child(pid)
                 self.children.append(child)
                 return child
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.signal(signal.SIGHUP, signal.SIG_DFL)
-        code = 70  # EX_SOFTWARE, when `work` raises: its traceback is on stderr
-        try:
-            die_with_parent(parent)
-            code = work()
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            sys.stderr.flush()
-            os._exit(code)
+            _run(work, parent)  # the child ends in it, never leaving the block: the shield is the parent's
+
+
+def _run(work: Callable[[], int], parent: int) -> NoReturn:
+    """In a fork: `work()`, then exit with its code."""
+    code = 70  # EX_SOFTWARE, when `work` raises: its traceback is on stderr
+    try:
+        die_with_parent(parent)
+        code = work()
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def wait_all(children: Sequence[Child]) -> None:

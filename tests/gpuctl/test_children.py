@@ -5,26 +5,45 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-from gpuctl.children import Group, signals_held
-
-
-class Unwound(Exception):
-    pass
+from gpuctl import children, interrupts
+from gpuctl.children import Group
 
 
 @pytest.fixture
-def sigterm_unwinds():
-    def unwind(signum: int, frame: object) -> None:
-        raise Unwound
+def signal_as_a_child_starts(monkeypatch):
+    """gpuctl's signal handling, with SIGTERM sent to gpuctl the moment each start (a command's, a fork's) returns,
+    while another thread runs (as the runtime's do: the kernel may hand the signal to any thread not holding it)."""
+    real_popen, real_fork = subprocess.Popen, os.fork
 
-    previous = signal.signal(signal.SIGTERM, unwind)
-    yield
-    signal.signal(signal.SIGTERM, previous)
+    def popen(*args, **kwargs):
+        started = real_popen(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return started
+
+    def fork() -> int:
+        pid = real_fork()
+        if pid:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return pid
+    monkeypatch.setattr(children.subprocess, "Popen", popen)
+    monkeypatch.setattr(children.os, "fork", fork)
+    idle = threading.Event()
+    other = threading.Thread(target=idle.wait)
+    other.start()
+    interrupts.install()
+    try:
+        yield
+    finally:
+        interrupts.settle()
+        idle.set()
+        other.join()
 
 
 def _alive(pid: int) -> bool:
@@ -36,15 +55,15 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the child's state through /proc")
 @pytest.mark.parametrize("start", ["command", "fork"])
-def test_a_signal_as_a_child_starts_still_stops_the_child(tmp_path, sigterm_unwinds, start):
+def test_a_signal_as_a_child_starts_still_stops_the_child(tmp_path, signal_as_a_child_starts, start):
     group = Group()
-    with pytest.raises(Unwound), group:
-        with signals_held():  # the signal waits, as one does while a child starts, and lands as the start returns
-            os.kill(os.getpid(), signal.SIGTERM)
-            if start == "command":
-                group.command([sys.executable, "-c", "import time; time.sleep(60)"], cwd=tmp_path,
-                              stderr=tmp_path / "stderr")
-            else:
-                group.fork(lambda: os.pause() or 0)
+    with pytest.raises(SystemExit) as ended, group:
+        if start == "command":
+            group.command([sys.executable, "-c", "import time; time.sleep(60)"], cwd=tmp_path,
+                          stderr=tmp_path / "stderr")
+        else:
+            group.fork(lambda: signal.pause() or 0)
+        pytest.fail("the signal did not end the start")
+    assert ended.value.code == 128 + signal.SIGTERM
     assert [child.returncode for child in group.children] == [-signal.SIGKILL]
     assert not _alive(group.children[0].pid)
