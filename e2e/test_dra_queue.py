@@ -16,7 +16,7 @@ import pytest
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from components import labels
-from components.dra_admission import CLAIM_VALIDATIONS
+from components.dra_admission import CLAIM_VALIDATIONS, QUEUED_TEMPLATE_VALIDATIONS
 from components.kueue import QUEUE_VALIDATIONS
 from e2e import kueue
 from e2e.cluster import ControlPlane
@@ -191,3 +191,21 @@ def test_a_high_priority_job_preempts_a_lower_one_holding_every_device(cluster: 
     [result] = allocated(cluster.admin, "training", pod["metadata"]["name"])
     assert result["pool"] == pod["spec"]["nodeName"] and pod["spec"]["nodeName"].startswith(POOL)
     assert cluster.admin.get("batch/v1", "Job", "low", "training")["spec"]["suspend"] is True
+
+
+
+def test_a_template_cannot_be_replaced_by_one_asking_more(cluster: Applied) -> None:
+    """Kueue counts a template when it admits a Job, and a template's spec is immutable; deleting it and making one
+    by the same name that asks 8 would give the Job's next pod 8 devices counted as 1 (tried on this plane before
+    the rule: Kueue's ClusterQueue showed 1 in use while the pod held 8). So tenants do not delete templates, and no
+    template has an owner the garbage collector would delete it with."""
+    kube = as_tenant(cluster, "training")
+    kube.create(template("one", "training", WHOLE))
+    submit(cluster, "training", claimed_job("swap", template_name="one"))
+    admitted(cluster, "training", "swap")
+    assert "forbidden" in refusal(lambda: kube.delete(RESOURCE, "ResourceClaimTemplate", "one", "training")).lower()
+    job = cluster.admin.get("batch/v1", "Job", "swap", "training")
+    owned = template("owned", "training", WHOLE)
+    owned["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "swap",
+                                             "uid": job["metadata"]["uid"]}]
+    assert message("ownerReferences", QUEUED_TEMPLATE_VALIDATIONS) in refusal(lambda: kube.create(owned))

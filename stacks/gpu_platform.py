@@ -105,7 +105,8 @@ class GpuPlatform(pulumi.ComponentResource):
         ), after_install)
 
         priority_classes = self._priority_classes()
-        role = tenant_role("tenant-role", pulumi.ResourceOptions(parent=self), dra=dra)
+        queued = config.tenancy.mode == "queue"
+        role = tenant_role("tenant-role", pulumi.ResourceOptions(parent=self), dra=dra, queued=queued)
         if openshift and not cluster.project_self_provisioning:
             self_provisioning_off("project-self-provisioning-off", pulumi.ResourceOptions(parent=self))
         # Both bound before any tenant namespace exists, so no tenant pod is ever admitted unchecked.
@@ -123,11 +124,11 @@ class GpuPlatform(pulumi.ComponentResource):
                                 *cluster.scrapers, *cluster.trusted_namespaces), openshift)
         TenantAdmission("gpu-guard", dataclasses.replace(guard, variables=DRA_POD_VARIABLES) if dra else guard,
                         pulumi.ResourceOptions(parent=self))
-        claims = [DraAdmission("dra-admission", DraAdmissionArgs(), pulumi.ResourceOptions(parent=self))] if dra else []
+        claims = [DraAdmission("dra-admission", DraAdmissionArgs(queued=queued), pulumi.ResourceOptions(parent=self))
+                  ] if dra else []
         network_admission = TenantAdmission("tenant-network-admission", network_admission_args(),
                                             pulumi.ResourceOptions(parent=self))
         objects = TenantObjects("tenant-objects", TenantObjectsArgs(), pulumi.ResourceOptions(parent=self))
-        queued = config.tenancy.mode == "queue"
         # Queue mode: Kueue and its refusal of GPU work outside the queues, before any tenant namespace exists.
         kueue = Kueue("kueue", KueueArgs({name: pool.node_selector for name, pool in self.pools.items()},
                                           {name: pool.taints for name, pool in self.pools.items()},

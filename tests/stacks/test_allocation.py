@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from components.dra_admission import QUEUED_TEMPLATE_VALIDATIONS
 from components.kueue import configuration
 
 from fleet.dra import OPERATOR_CLASSES, quota_key
@@ -129,3 +130,21 @@ def test_queue_mode_with_dra_on_openshift_is_refused() -> None:
                                  nfdOperatorCsv="nfd.4.21.0-202601010000")
     message = config_error(mutate, "queue-openshift")
     assert "tenancy.mode" in message and "deviceClassMappings" in message and "Red Hat build" in message
+
+
+def test_in_queue_mode_tenants_keep_their_templates_and_give_them_no_owner(dra_plan: Plan,
+                                                                           dra_queue_plan: Plan) -> None:
+    """A template deleted and made again by its name could ask more than Kueue counted for the Jobs naming it."""
+    def template_verbs(plan: Plan) -> set[str]:
+        rules = plan.manifest("ClusterRole", "gpu-platform-tenant")["rules"]
+        return {verb for rule in rules if "resourceclaimtemplates" in rule["resources"] for verb in rule["verbs"]}
+    assert {"create", "delete"} <= template_verbs(dra_plan)
+    assert "create" in template_verbs(dra_queue_plan) and not {"delete", "deletecollection"} & template_verbs(
+        dra_queue_plan)
+
+    def rules(plan: Plan, resource: str) -> list[str]:
+        policy = plan.manifest("ValidatingAdmissionPolicy", f"gpu-platform-tenant-claims-{resource}")
+        return [validation["expression"] for validation in policy["spec"]["validations"]]
+    owner_rule = QUEUED_TEMPLATE_VALIDATIONS[0][0]
+    assert owner_rule in rules(dra_queue_plan, "resourceclaimtemplates")
+    assert owner_rule not in rules(dra_queue_plan, "resourceclaims") + rules(dra_plan, "resourceclaimtemplates")
