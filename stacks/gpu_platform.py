@@ -160,6 +160,9 @@ class GpuPlatform(pulumi.ComponentResource):
         devices = {tenant.name: {name: 0 for name in OPERATOR_CLASSES} | {
             plan.name: held[tenant.name][plan.quota_key] for plan in plans} if queued else tenant_devices(
             dra_pools(config), tenant.grants, tenant.name) for tenant in config.tenants} if dra else {}
+        # The fleet summary's devices per class: in queue mode the guarantee, which the capacity policy holds too.
+        promised = {name: {plan.name: sum(pool.get(plan.quota_key, 0) for pool in share.values()) for plan in plans}
+                    for name, share in queue_shares.items()} if queued and dra else devices
         self.tenants = {
             tenant.name: TenantQuota(f"tenant-{tenant.name}", TenantQuotaArgs(
                 name=tenant.name, quota=caps[tenant.name],
@@ -201,7 +204,7 @@ class GpuPlatform(pulumi.ComponentResource):
             "tenants": {tenant.name: {"gpus": tenant.gpus, "grants": tenant.grants,
                                       "priorityClass": tenant.priority_class, "retired": tenant.retired, **({
                 "tenancy": "queue", "guaranteed": shares[tenant.name], "borrowable": lendable[tenant.name]}
-                if queued else {}), **({"devices": devices[tenant.name]} if dra else {})}
+                if queued else {}), **({"devices": promised[tenant.name]} if dra else {})}
                 for tenant in config.tenants},
             "pools": {pool.name: {
                 "instanceType": pool.instance_type, "nodes": pool.replicas, "minNodes": pool.autoscaler_min,

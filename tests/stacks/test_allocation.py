@@ -10,6 +10,7 @@ from components.dra_admission import QUEUED_TEMPLATE_VALIDATIONS
 from components.kueue import configuration
 
 from fleet.dra import OPERATOR_CLASSES, quota_key
+from gpuctl.summary.allocation import device_classes
 from stacks.config import parse_stack_config
 from tests.conftest import ROOT, Plan, config_values, render_stack
 from tests.stacks.test_config import config_error, pool
@@ -148,3 +149,9 @@ def test_in_queue_mode_tenants_keep_their_templates_and_give_them_no_owner(dra_p
     owner_rule = QUEUED_TEMPLATE_VALIDATIONS[0][0]
     assert owner_rule in rules(dra_queue_plan, "resourceclaimtemplates")
     assert owner_rule not in rules(dra_queue_plan, "resourceclaims") + rules(dra_plan, "resourceclaimtemplates")
+
+
+def test_in_queue_mode_the_summary_counts_guarantees_per_class_as_the_capacity_policy_does(
+        dra_queue_plan: Plan) -> None:
+    classes = device_classes(dra_queue_plan.document)
+    assert classes == {WHOLE: (8, 8), MIG: (21, 56), SEARCH: (4, 4)}
