@@ -835,7 +835,7 @@ def test_queue_flavors_of_karpenter_pools_are_judged_at_their_limit() -> None:
 def test_in_dra_queue_mode_guarantees_not_ceilings_are_held_to_each_classs_devices() -> None:
     """The DRA example in tenancy mode queue: tenants' ceilings (guarantee plus borrowing) add up past a class's
     devices, which is borrowing; a guarantee raised past them is reported on the class."""
-    doc = copy.deepcopy(render_stack("dra", dra_queue_config()).document)
+    doc = copy.deepcopy(render_stack("dra-queue", dra_queue_config()).document)
     assert of(check_plan(doc), "gpu-quota-within-capacity") == []
     whole = "gpu.gpu-platform.io.deviceclass.resource.k8s.io/devices"
     [quota] = [quota for group in inputs(doc, "tenant-research-queue-cluster-queue")["spec"]["resourceGroups"]

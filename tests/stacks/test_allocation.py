@@ -16,7 +16,7 @@ from tests.conftest import ROOT, Plan, config_values, render_stack
 from tests.stacks.test_config import config_error, pool
 
 DRA = "dra"
-EXAMPLE = ROOT / "examples" / "Pulumi.dra.yaml"
+QUEUE_EXAMPLE = ROOT / "examples" / "Pulumi.dra-queue.yaml"
 WHOLE, MIG, SEARCH = "gpu.gpu-platform.io", "mig-1g.10gb.gpu-platform.io", "gpu.l40s-search.gpu-platform.io"
 
 
@@ -83,17 +83,13 @@ def test_tenants_may_make_claims_in_dra_mode_only(dra_plan: Plan) -> None:
 
 
 def dra_queue_config() -> dict:
-    """The DRA example in tenancy mode queue, search's guarantee taken from its own pool first."""
-    config = yaml.safe_load(EXAMPLE.read_text())["config"]
-    config["gpu-platform:tenancy"] = {"mode": "queue"}
-    next(t for t in config["gpu-platform:tenants"] if t["name"] == "search")["queue"] = {
-        "pools": ["l40s-search", "h100-training"]}
-    return config
+    """The DRA example in tenancy mode queue (examples/Pulumi.dra-queue.yaml)."""
+    return yaml.safe_load(QUEUE_EXAMPLE.read_text())["config"]
 
 
 @pytest.fixture(scope="module")
 def dra_queue_plan() -> Plan:
-    return render_stack(DRA, dra_queue_config())
+    return render_stack("dra-queue", dra_queue_config())
 
 
 def test_in_queue_mode_kueue_counts_every_class_of_the_stack_in_every_queue(dra_queue_plan: Plan) -> None:
