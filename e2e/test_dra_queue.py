@@ -24,7 +24,7 @@ from e2e.conftest import Applied, apply_stack, prepare_cluster, tenants_ready
 from e2e.dra import GPU_CLUSTER_CRD, resource_slices
 from e2e.kube import Kube, apply_crds, refusal, stays, wait_for
 from e2e.stack import Stack
-from e2e.test_dra import (RESOURCE, WHOLE, SEARCH, as_tenant, allocated, claim, claims_policy_in_force, message,
+from e2e.test_dra import (RESOURCE, SEARCH, WHOLE, allocated, as_tenant, claim, claims_policy_in_force, message,
                           template)
 from e2e.test_kueue import RUNNING, WORKLOAD, after_its_admission_second, condition, preempted, workload
 from e2e.test_tenants import RESTRICTED_POD, container
@@ -62,7 +62,8 @@ def cluster(queued: Applied) -> Iterator[Applied]:
     yield queued
     admin = queued.admin
     for tenant in queued.stack.config.tenants:
-        for api_version, kind in (("batch/v1", "Job"), (RESOURCE, "ResourceClaim"), (RESOURCE, "ResourceClaimTemplate")):
+        for api_version, kind in (("batch/v1", "Job"), (RESOURCE, "ResourceClaim"),
+                                  (RESOURCE, "ResourceClaimTemplate")):
             for obj in admin.list(api_version, kind, tenant.name):
                 try:
                     admin.delete(api_version, kind, obj["metadata"]["name"], tenant.name)
@@ -93,7 +94,8 @@ def submit(applied: Applied, tenant: str, job: dict[str, Any]) -> None:
 
 def job_pods(applied: Applied, tenant: str, job: str) -> list[dict[str, Any]]:
     return [pod for pod in applied.admin.list("v1", "Pod", tenant)
-            if pod["metadata"].get("labels", {}).get("job-name") == job and not pod["metadata"].get("deletionTimestamp")]
+            if pod["metadata"].get("labels", {}).get("job-name") == job
+            and not pod["metadata"].get("deletionTimestamp")]
 
 
 def admitted(applied: Applied, tenant: str, job: str) -> tuple[dict[str, Any], dict[str, Any]]:

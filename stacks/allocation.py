@@ -23,7 +23,8 @@ def dra_problem(config: Any) -> tuple[tuple[str | int, ...], str] | None:
             return ("tenancy", "mode"), (
                 "tenancy mode queue with allocationMode dra needs Kueue to count devices per DeviceClass "
                 "(resources.deviceClassMappings), which the stack sets in the upstream chart's configuration only, "
-                "not through the Red Hat build's Kueue instance; use tenancy mode quota, or allocationMode devicePlugin")
+                "not through the Red Hat build's Kueue instance; use tenancy mode quota, or allocationMode "
+                "devicePlugin")
         classes = device_classes(dra_pools(config))
         if len(classes) > MAX_MAPPINGS:
             return ("nodePools",), (

@@ -12,8 +12,8 @@ import yaml
 
 from components import labels
 from components.admission import CORDON_RULES
-from components.kueue import (DRA_QUEUE_VARIABLES, JOB_TRACKING_FINALIZER, MAX_GRACE_SECONDS, ORPHANING_DELETE, QUEUE_VALIDATIONS,
-                              QUEUE_VARIABLES, TenantQueueArgs, cluster_queue_spec, configuration,
+from components.kueue import (DRA_QUEUE_VARIABLES, JOB_TRACKING_FINALIZER, MAX_GRACE_SECONDS, ORPHANING_DELETE,
+                              QUEUE_VALIDATIONS, QUEUE_VARIABLES, TenantQueueArgs, cluster_queue_spec, configuration,
                               red_hat_configuration)
 from fleet.dra import quota_key
 from tests.cel import broken_rules
@@ -396,9 +396,10 @@ CLAIMED = {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-
                            "resources": {"claims": [{"name": "gpu"}]}}]}
 
 
-def admit_dra(obj: dict[str, Any], **kwargs: Any) -> list[str]:
-    return broken_rules(DRA_QUEUE_VARIABLES, QUEUE_VALIDATIONS, obj, user=kwargs.pop("user", "alice"),
-                        tenant_class=labels.LOW_PRIORITY_CLASS, operation="CREATE")
+def admit_dra(obj: dict[str, Any], user: str = "alice") -> list[str]:
+    """`admit`, with the queue policy's variables of allocation mode dra."""
+    return broken_rules(DRA_QUEUE_VARIABLES, QUEUE_VALIDATIONS, obj, user=user, tenant_class=labels.LOW_PRIORITY_CLASS,
+                        operation="CREATE")
 
 
 def test_in_dra_mode_a_pod_or_job_with_claims_is_gpu_work_that_goes_through_the_queue() -> None:
