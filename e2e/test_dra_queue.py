@@ -229,3 +229,19 @@ def test_a_template_with_first_available_keeps_its_job_out(cluster: Applied) -> 
     found = held_out(cluster, "training", "either")
     pending = next(c for c in found["status"]["conditions"] if c["type"] == "QuotaReserved")
     assert "FirstAvailable device selection is not supported" in pending["message"]
+
+
+def test_a_lender_takes_back_the_devices_another_tenant_borrowed(cluster: Applied) -> None:
+    """search lends its 2 H100s while idle: training's gpu-low Job holding all 8 is preempted by Kueue when search
+    asks for its own 2, and the scheduler gives them to search's pod."""
+    as_tenant(cluster, "training").create(template("eight", "training", WHOLE, count=8))
+    submit(cluster, "training", claimed_job("low", template_name="eight", priority=labels.LOW_PRIORITY_CLASS))
+    low, _ = admitted(cluster, "training", "low")
+    after_its_admission_second(low)
+    as_tenant(cluster, "search").create(template("two", "search", WHOLE, count=2))
+    submit(cluster, "search", claimed_job("own", template_name="two"))
+    reason = preempted(cluster, "training", "low")
+    assert reason["reason"] == "InCohortReclamation" and "/gpu-tenants/search" in reason["message"], reason
+    _, pod = admitted(cluster, "search", "own")
+    assert pod["spec"]["nodeName"].startswith(POOL) and len(allocated(cluster.admin, "search",
+                                                                      pod["metadata"]["name"])) == 2
