@@ -39,6 +39,14 @@ CLAIM_VALIDATIONS = [
     ("!variables.requests.exists(r, has(r.exactly) && has(r.exactly.adminAccess) && r.exactly.adminAccess)",
      "adminAccess is for the platform's monitoring: it is given devices already allocated to other tenants"),
 ]
+# Tenancy mode queue: a template is never deleted but with its namespace (components.tenant_quota.QUEUED_DRA_RULES);
+# an owner reference would have the garbage collector delete it with its owner, freeing its name for a template
+# asking more devices than Kueue counted for the Jobs that name it.
+QUEUED_TEMPLATE_VALIDATIONS = [
+    ("!has(object.metadata.ownerReferences) || size(object.metadata.ownerReferences) == 0",
+     "in tenancy mode queue a ResourceClaimTemplate has no owner: Kueue counted it for the Jobs that name it, and "
+     "one deleted with its owner could be made again asking more devices"),
+]
 NAMESPACE_VALIDATIONS = [
     (f"!has(object.metadata.labels) || !('{labels.TENANT_LABEL}' in object.metadata.labels)"
      f" || !('{ADMIN_ACCESS_LABEL}' in object.metadata.labels)",
@@ -59,10 +67,11 @@ DRA_GUARD_VALIDATIONS = (*GUARD_VALIDATIONS, (
 
 @dataclass(frozen=True)
 class DraAdmissionArgs:
-    """The policies' name prefix and the label every tenant namespace carries."""
+    """The policies' name prefix, the label every tenant namespace carries, and whether tenancy mode is queue."""
 
     policy: str = POLICY_NAME
     tenant_label: str = labels.TENANT_LABEL
+    queued: bool = False  # tenancy mode queue: templates have no owners
 
 
 class DraAdmission(pulumi.ComponentResource):
@@ -72,8 +81,10 @@ class DraAdmission(pulumi.ComponentResource):
     def __init__(self, name: str, args: DraAdmissionArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:DraAdmission", name, None, opts)
         tenants = {"namespaceSelector": {"matchExpressions": [{"key": args.tenant_label, "operator": "Exists"}]}}
+        templates = QUEUED_TEMPLATE_VALIDATIONS if args.queued else []
         policies = [(f"{args.policy}-{resource}", "resource.k8s.io", "v1", resource, VARIABLES_BY_RESOURCE[resource],
-                     CLAIM_VALIDATIONS, tenants) for resource in _REQUESTS]
+                     CLAIM_VALIDATIONS + (templates if resource == "resourceclaimtemplates" else []), tenants)
+                    for resource in _REQUESTS]
         policies.append((NAMESPACE_POLICY_NAME, "", "v1", "namespaces", {}, NAMESPACE_VALIDATIONS, {}))
         for policy_name, group, version, resource, variables, validations, match in policies:
             policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(

@@ -5,6 +5,7 @@ with the LocalQueue of its namespace."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import pulumi
@@ -15,6 +16,7 @@ from components import labels
 from components.admission import ONE_SHARE_PER_CONTAINER, VARIABLES
 from components.manifests import child_options, helm_release, metadata
 from components.olm import INSTALL_TIMEOUT_SECONDS, OlmOperator, OlmOperatorArgs
+from fleet.dra import quota_key
 
 QUEUE_POLICY_NAME = labels.QUEUE_POLICY_NAME
 GPU = labels.GPU_RESOURCE
@@ -34,11 +36,23 @@ FAIR_SHARING = {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessTha
 PODS_READY_TIMEOUT = "5m"
 
 
-def configuration() -> dict[str, Any]:
+def device_class_mappings(device_classes: Sequence[str]) -> list[dict[str, Any]]:
+    """Allocation mode `dra`: each DeviceClass counted as a resource of its own, named as its quota line is
+    (fleet.dra.quota_key). Kueue (feature gate KueueDRAIntegration, beta and on since v0.18:
+    pkg/features/kube_features.go) counts the devices a Job's pods ask through ResourceClaimTemplates, per class,
+    as that class's resource (pkg/dra/claims.go GetResourceRequestsForResourceClaimTemplates, countDevicesPerClass);
+    a class mapped nowhere, firstAvailable, adminAccess, allocationMode All and pods naming a pre-made ResourceClaim
+    make the workload inadmissible (there, and pkg/controller/core/workload_controller.go HasResourceClaim)."""
+    return [{"name": quota_key(name), "deviceClassNames": [name]} for name in device_classes]
+
+
+def configuration(device_classes: Sequence[str] = ()) -> dict[str, Any]:
     """Kueue's own configuration (config.kueue.x-k8s.io/v1beta2): the chart's defaults for probes, metrics, webhook
     and leader election; batch Jobs as the one integration; fair sharing; only GPUs counted against queues (CPU and
-    memory stay under each namespace's compute quota, `IgnoreUndeclared`, beta and on in v0.19); an admitted job's
-    pods ready within PODS_READY_TIMEOUT or the job is evicted."""
+    memory stay under each namespace's compute quota, `IgnoreUndeclared`, beta and on in v0.19), in mode `dra` the
+    devices of each of `device_classes`; an admitted job's pods ready within PODS_READY_TIMEOUT or the job is
+    evicted."""
+    mappings = {"deviceClassMappings": device_class_mappings(device_classes)} if device_classes else {}
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -48,7 +62,7 @@ def configuration() -> dict[str, Any]:
         "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
         "integrations": {"frameworks": ["batch/job"]},
         "fairSharing": FAIR_SHARING,
-        "resources": {"quotaCheckStrategy": "IgnoreUndeclared"},
+        "resources": {"quotaCheckStrategy": "IgnoreUndeclared", **mappings},
         # Pods admitted in parallel (blockAdmission false): one slow job does not hold up the queue.
         "waitForPodsReady": {"timeout": PODS_READY_TIMEOUT, "blockAdmission": False},
     }
@@ -124,6 +138,10 @@ QUEUE_VARIABLES = {
     "guardedNotes": f"variables.notes.filter(k, k.contains('{KUEUE_PREFIX}'))",
     "oldGuardedNotes": f"variables.oldNotes.filter(k, k.contains('{KUEUE_PREFIX}'))",
 }
+# Allocation mode `dra`: a pod (or a Job's pod template) with resource claims is GPU work too (tenants' claims name
+# only the GPU classes they were given, components.dra_admission), so it goes through the tenant's queue.
+DRA_QUEUE_VARIABLES = {**QUEUE_VARIABLES, "requestsGpu": "(has(variables.podSpec.resourceClaims)"
+                       " && size(variables.podSpec.resourceClaims) > 0) || (" + QUEUE_VARIABLES["requestsGpu"] + ")"}
 QUEUE_VALIDATIONS = [
     (f"object.kind != 'Pod' || request.operation != 'CREATE' || !variables.requestsGpu"
      f" || request.userInfo.username == '{labels.JOB_CONTROLLER}'",
@@ -251,6 +269,7 @@ class KueueArgs:
     # Rules of the tenant pod policy that hold for a pod's template too, checked on Jobs as they are created, so that
     # Kueue never holds quota for pods that would be refused.
     template_rules: tuple[tuple[str, str], ...] = ()
+    device_classes: tuple[str, ...] = ()  # allocation mode dra: the stack's DeviceClasses, each counted in the queues
 
 
 class Kueue(pulumi.ComponentResource):
@@ -273,7 +292,8 @@ class Kueue(pulumi.ComponentResource):
             namespace = k8s.core.v1.Namespace(f"{name}-namespace", metadata=metadata(labels.KUEUE_NAMESPACE),
                                               opts=child_options(self, opts))
             self.installed = helm_release(f"{name}-release", labels.KUEUE_CHART, labels.KUEUE_NAMESPACE, {
-                "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(configuration(), sort_keys=False)},
+                "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(configuration(args.device_classes),
+                                                                                 sort_keys=False)},
             }, child_options(self, opts, namespace), args.chart_mirror)
             self.namespace = labels.KUEUE_NAMESPACE
         after = child_options(self, opts, self.installed)
@@ -299,7 +319,8 @@ class Kueue(pulumi.ComponentResource):
                      "resources": ["pods"]},
                     {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE"],
                      "resources": ["jobs"]}]},
-                "variables": [{"name": key, "expression": value} for key, value in QUEUE_VARIABLES.items()],
+                "variables": [{"name": key, "expression": value} for key, value in (
+                    DRA_QUEUE_VARIABLES if args.device_classes else QUEUE_VARIABLES).items()],
                 # A DELETE has no `object`: the other rules are for creates and updates. One policy, so that the
                 # admission gate's probe of it proves the deletes' rule in force too.
                 "validations": [*({"expression": f"request.operation == 'DELETE' || ({rule})", "message": message}

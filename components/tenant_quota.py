@@ -50,13 +50,22 @@ TENANT_RULES = [
 # (components/dra_admission.py). A claim's status (its allocation, whom it is reserved for) is the scheduler's.
 DRA_RULES = [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceclaimtemplates"],
               "verbs": _WRITE}]
+# Tenancy mode queue too: templates are never deleted by tenants. Kueue counts a template when it admits a Job
+# (kueue v0.19.2 pkg/dra/claims.go GetResourceRequestsForResourceClaimTemplates) and a template's spec is immutable
+# (k8s.io/kubernetes v1.34.4 pkg/apis/resource/validation ValidateResourceClaimTemplateUpdate), so only a template
+# deleted and made again by the same name would give the Job's next pod more devices than Kueue counted.
+QUEUED_DRA_RULES = [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": _WRITE},
+                    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates"],
+                     "verbs": [verb for verb in _WRITE if verb not in ("delete", "deletecollection")]}]
 
 
-def tenant_role(name: str, opts: pulumi.ResourceOptions, dra: bool = False) -> k8s.rbac.v1.ClusterRole:
+def tenant_role(name: str, opts: pulumi.ResourceOptions, dra: bool = False,
+                queued: bool = False) -> k8s.rbac.v1.ClusterRole:
     """The ClusterRole every tenant's group is bound to, in its own namespace only (a RoleBinding); with `dra`, the
-    DRA claims too."""
-    return k8s.rbac.v1.ClusterRole(name, metadata=metadata(labels.TENANT_ROLE),
-                                   rules=[*TENANT_RULES, *(DRA_RULES if dra else ())], opts=opts)
+    DRA claims too (`queued`: templates not deleted)."""
+    rules = (QUEUED_DRA_RULES if queued else DRA_RULES) if dra else []
+    return k8s.rbac.v1.ClusterRole(name, metadata=metadata(labels.TENANT_ROLE), rules=[*TENANT_RULES, *rules],
+                                   opts=opts)
 
 
 # OpenShift lets every authenticated user request projects through this binding of the self-provisioner role.

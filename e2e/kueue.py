@@ -174,9 +174,10 @@ def register_visibility(source: Path, admin: Kube, address: str, port: int) -> N
 
 
 def start(plane: ControlPlane, admin: Kube, red_hat_instance: dict[str, Any] | None = None,
-          pods_ready_seconds: int | None = PODS_READY_SECONDS) -> None:
+          pods_ready_seconds: int | None = PODS_READY_SECONDS, device_classes: tuple[str, ...] = ()) -> None:
     """Install Kueue's CRDs, run its controller manager (stopped with the plane) and register its webhooks, as the
-    chart does, or as the Red Hat build's operator does from its `Kueue` instance."""
+    chart does (counting the devices of `device_classes` in allocation mode dra), or as the Red Hat build's operator
+    does from its `Kueue` instance."""
     source = module()
     apply_crds(admin, crds(source))
     folder = plane.folder / "kueue"
@@ -189,7 +190,7 @@ def start(plane: ControlPlane, admin: Kube, red_hat_instance: dict[str, Any] | N
         raise RuntimeError("this host has no non-loopback IPv4 address: the API server cannot reach Kueue's "
                            "visibility server through an endpoint (endpoints may not be loopback addresses)")
     config = folder / "config.yaml"
-    base = as_red_hat_operator_configures(red_hat_instance) if red_hat_instance else configuration()
+    base = as_red_hat_operator_configures(red_hat_instance) if red_hat_instance else configuration(device_classes)
     config.write_text(yaml.safe_dump(local_configuration(base, webhook_port, health_port, folder / "certs",
                                                          (address, visibility_port), pods_ready_seconds)))
     (folder / "root").mkdir()

@@ -94,6 +94,12 @@ def _profiles(pool: DraPool) -> dict[str, str | None]:
     return by_kind
 
 
+def pool_classes(pool: DraPool) -> dict[str, str]:
+    """The class of each kind a pool offers: its own where the pool is dedicated, else the shared one."""
+    return {kind: class_name(kind, profile, pool.name if pool.dedicated_to else None)
+            for kind, profile in _profiles(pool).items()}
+
+
 def device_classes(pools: Sequence[DraPool]) -> list[DeviceClassPlan]:
     """The stack's classes: per kind, one for the pools not dedicated and one per dedicated pool offering it."""
     plans: dict[str, DeviceClassPlan] = {}

@@ -73,15 +73,25 @@ def quota_within_capacity(args: StackValidationArgs, report: ReportViolation) ->
 
 def devices_within_classes(resources: Sequence[PolicyResource], ratio: float, report: ReportViolation) -> None:
     """Mode dra: per DeviceClass of the stack, every tenant's quota on its devices together within the devices it
-    covers (its annotation DEVICES_ANNOTATION) times the allowed overcommit."""
+    covers (its annotation DEVICES_ANNOTATION) times the allowed overcommit; a queued tenant's quota is its ceiling,
+    so its ClusterQueue's guarantee (nominal quota on the class's resource, every flavor) is counted instead."""
+    queued = queued_namespaces(resources)
+    queues = index(resources).of_kind("ClusterQueue")
     for device_class in index(resources).of_kind("DeviceClass"):
         name = dig(device_class.props, "metadata", "name")
         covered = whole(dig(device_class.props, "metadata", "annotations", DEVICES_ANNOTATION))
         if covered is None:
             continue
         given = {namespace: whole(dig(quota, "spec", "hard", quota_key(name))) or 0
-                 for namespace in tenant_namespaces(resources) for quota in quotas(resources, namespace)
-                 if dig(quota, "spec", "hard", quota_key(name)) is not None}
+                 for namespace in tenant_namespaces(resources) if namespace not in queued
+                 for quota in quotas(resources, namespace) if dig(quota, "spec", "hard", quota_key(name)) is not None}
+        for queue in queues:
+            nominal = [whole(quota.get("nominalQuota")) or 0 for group in items(dig(queue.props, "spec",
+                                                                                     "resourceGroups"))
+                       for flavor in items(group.get("flavors")) for quota in items(flavor.get("resources"))
+                       if quota.get("name") == quota_key(name)]
+            if nominal:
+                given[dig(queue.props, "metadata", "name")] = sum(nominal)
         total = sum(given.values())
         if total > covered * ratio:
             tenants = ", ".join(f"{namespace} {amount}" for namespace, amount in sorted(given.items()))

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleet.dra import DraPool, dedicated_model_clash
+from fleet.dra import DraPool, dedicated_model_clash, device_classes, pool_classes, quota_key
 
 DRA_GA_MINOR = 34  # resource.k8s.io/v1, served by default from Kubernetes 1.34 (KEP-4381)
+MAX_MAPPINGS = 16  # Kueue v0.19.2's cap on resources.deviceClassMappings (pkg/config/validation.go)
 
 
 def dra_problem(config: Any) -> tuple[tuple[str | int, ...], str] | None:
@@ -17,6 +18,20 @@ def dra_problem(config: Any) -> tuple[tuple[str | int, ...], str] | None:
         return ("cluster", "kubernetesVersion"), (
             f"allocationMode dra needs Kubernetes 1.{DRA_GA_MINOR} or later, where resource.k8s.io/v1 (DeviceClasses, "
             f"claims and their quota) is GA and served; upgrade the cluster, or use allocationMode devicePlugin")
+    if config.tenancy.mode == "queue":
+        if config.cluster.flavor == "openshift":
+            return ("tenancy", "mode"), (
+                "tenancy mode queue with allocationMode dra needs Kueue to count devices per DeviceClass "
+                "(resources.deviceClassMappings), which the stack sets in the upstream chart's configuration only, "
+                "not through the Red Hat build's Kueue instance; use tenancy mode quota, or allocationMode "
+                "devicePlugin")
+        classes = device_classes(dra_pools(config))
+        if len(classes) > MAX_MAPPINGS:
+            return ("nodePools",), (
+                f"tenancy mode queue with allocationMode dra counts each DeviceClass as a resource of its own, and "
+                f"Kueue v0.19.2 takes at most {MAX_MAPPINGS} deviceClassMappings (pkg/config/validation.go, "
+                f"validateDeviceClassMappings); the pools make {len(classes)} classes: offer fewer MIG profiles or "
+                f"dedicated pools, or use tenancy mode quota")
     for index, pool in enumerate(config.node_pools):
         if pool.time_slicing_replicas is not None:
             return ("nodePools", index, "timeSlicingReplicas"), _TIME_SLICING
@@ -26,10 +41,6 @@ def dra_problem(config: Any) -> tuple[tuple[str | int, ...], str] | None:
                 "only the DRA driver, DCGM, its exporter and the DRA validator (internal/state/manager.go "
                 "newGPUClusterStates); use allocationMode devicePlugin, or a bring-your-own pool whose GPUs its "
                 "owner cuts as the layout says")
-    if config.tenancy.mode == "queue":
-        return ("tenancy", "mode"), ("tenancy mode queue is not offered with allocationMode dra yet: its Kueue queues "
-                                     "count extended resources, not devices per DeviceClass; use tenancy mode quota, or "
-                                     "allocationMode devicePlugin")
     clash = dedicated_model_clash(dra_pools(config))
     if clash:
         pool, other, kind = clash
@@ -55,3 +66,11 @@ def dra_pools(config: Any) -> list[DraPool]:
                     pool.partitioning.devices(pool.instance.gpu_model) if pool.partitioning.kind == "mig" else {},
                     pool.counted_nodes, pool.dedicated_to)
             for pool in config.node_pools]
+
+
+def device_shares(config: Any, shares: dict[str, dict[str, dict[str, int]]]) -> dict[str, dict[str, dict[str, int]]]:
+    """Tenancy mode queue in mode `dra`: each tenant's guarantee per pool (stacks.tenancy.guarantees) with each kind
+    named as the resource Kueue counts for the pool's DeviceClass of it (the class's quota key, components.kueue)."""
+    classes = {pool.name: pool_classes(pool) for pool in dra_pools(config)}
+    return {tenant: {pool: {quota_key(classes[pool][kind]): amount for kind, amount in kinds.items()}
+                     for pool, kinds in share.items()} for tenant, share in shares.items()}

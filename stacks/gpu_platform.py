@@ -35,9 +35,9 @@ from components.node_profile import NodeTuning
 from components.tenant_network import TenantNetwork, network_admission_args
 from components.tenant_objects import TenantObjects, TenantObjectsArgs
 from components.tenant_quota import TenantQuota, TenantQuotaArgs, self_provisioning_off, tenant_role
-from fleet.dra import device_classes, tenant_devices
+from fleet.dra import OPERATOR_CLASSES, device_classes, tenant_devices
 from fleet.kernels import KernelInventory
-from stacks.allocation import dra_pools
+from stacks.allocation import device_shares, dra_pools
 from stacks.config import NodePoolConfig, StackConfig
 from stacks.part import Part
 from stacks.tenancy import borrowable, ceilings, guarantees, node_shares
@@ -70,6 +70,7 @@ class GpuPlatform(pulumi.ComponentResource):
         ), pulumi.ResourceOptions(parent=self, depends_on=[nfd.ready]))
         after_install = pulumi.ResourceOptions(parent=self, depends_on=[operator.installed])
         dra = config.allocation_mode == "dra"
+        plans = device_classes(dra_pools(config)) if dra else []  # mode dra: the stack's DeviceClasses
         # The GPUCluster takes the ClusterPolicy's place: the operator runs only one of the two (components/dra.py).
         operands = self._dra(config, after_install) if dra else self._cluster_policy(config, namespace, after_install)
         pull_secret = self._pull_secret(config, namespace, operator.installed)
@@ -104,7 +105,8 @@ class GpuPlatform(pulumi.ComponentResource):
         ), after_install)
 
         priority_classes = self._priority_classes()
-        role = tenant_role("tenant-role", pulumi.ResourceOptions(parent=self), dra=dra)
+        queued = config.tenancy.mode == "queue"
+        role = tenant_role("tenant-role", pulumi.ResourceOptions(parent=self), dra=dra, queued=queued)
         if openshift and not cluster.project_self_provisioning:
             self_provisioning_off("project-self-provisioning-off", pulumi.ResourceOptions(parent=self))
         # Both bound before any tenant namespace exists, so no tenant pod is ever admitted unchecked.
@@ -122,17 +124,18 @@ class GpuPlatform(pulumi.ComponentResource):
                                 *cluster.scrapers, *cluster.trusted_namespaces), openshift)
         TenantAdmission("gpu-guard", dataclasses.replace(guard, variables=DRA_POD_VARIABLES) if dra else guard,
                         pulumi.ResourceOptions(parent=self))
-        claims = [DraAdmission("dra-admission", DraAdmissionArgs(), pulumi.ResourceOptions(parent=self))] if dra else []
+        claims = [DraAdmission("dra-admission", DraAdmissionArgs(queued=queued), pulumi.ResourceOptions(parent=self))
+                  ] if dra else []
         network_admission = TenantAdmission("tenant-network-admission", network_admission_args(),
                                             pulumi.ResourceOptions(parent=self))
         objects = TenantObjects("tenant-objects", TenantObjectsArgs(), pulumi.ResourceOptions(parent=self))
-        queued = config.tenancy.mode == "queue"
         # Queue mode: Kueue and its refusal of GPU work outside the queues, before any tenant namespace exists.
         kueue = Kueue("kueue", KueueArgs({name: pool.node_selector for name, pool in self.pools.items()},
                                           {name: pool.taints for name, pool in self.pools.items()},
                                           config.charts.mirror, cli_image,
                                           install_cert_manager=config.tenancy.cert_manager == "install",
-                                          compute=openshift, template_rules=(*CORDON_RULES, *pod_rules)),
+                                          compute=openshift, template_rules=(*CORDON_RULES, *pod_rules),
+                                          device_classes=tuple(plan.name for plan in plans)),
                       pulumi.ResourceOptions(parent=self)) if queued else None
         # The API server loads policies asynchronously: members are bound only once each policy refuses its probe.
         gate_image = cli_image or CURL_IMAGE
@@ -148,11 +151,19 @@ class GpuPlatform(pulumi.ComponentResource):
         shares = guarantees(config) if queued else {}
         lendable = borrowable(config, shares)
         # Mode dra: no device plugin advertises a kind, and every kind stays at 0; the devices are counted per class.
-        caps = ceilings(config, shares, lendable, kinds) if queued else {
+        caps = ceilings(config, shares, lendable, kinds) if queued and not dra else {
             tenant.name: {kind: 0 if dra else tenant.grants.get(kind, 0) for kind in kinds} for tenant in config.tenants}
-        # Mode dra: what each tenant may hold of each DeviceClass of the fleet.
-        devices = {tenant.name: tenant_devices(dra_pools(config), tenant.grants, tenant.name)
-                   for tenant in config.tenants} if dra else {}
+        # Queue mode in mode dra: the queues count each class of the stack (its quota key), 0 where not given.
+        queue_shares = device_shares(config, shares) if dra else shares
+        queue_kinds = [plan.quota_key for plan in plans] if dra else kinds
+        held = ceilings(config, queue_shares, borrowable(config, queue_shares), queue_kinds) if queued and dra else {}
+        # Mode dra: what each tenant may hold of each DeviceClass of the fleet (the operator's at 0).
+        devices = {tenant.name: {name: 0 for name in OPERATOR_CLASSES} | {
+            plan.name: held[tenant.name][plan.quota_key] for plan in plans} if queued else tenant_devices(
+            dra_pools(config), tenant.grants, tenant.name) for tenant in config.tenants} if dra else {}
+        # The fleet summary's devices per class: in queue mode the guarantee, which the capacity policy holds too.
+        promised = {name: {plan.name: sum(pool.get(plan.quota_key, 0) for pool in share.values()) for plan in plans}
+                    for name, share in queue_shares.items()} if queued and dra else devices
         self.tenants = {
             tenant.name: TenantQuota(f"tenant-{tenant.name}", TenantQuotaArgs(
                 name=tenant.name, quota=caps[tenant.name],
@@ -167,7 +178,8 @@ class GpuPlatform(pulumi.ComponentResource):
         }
         for tenant in tenants if queued else ():
             TenantQueue(f"tenant-{tenant.name}-queue", TenantQueueArgs(
-                tenant=tenant.name, cohort=config.tenancy.cohort, nominal=shares[tenant.name], kinds=tuple(kinds),
+                tenant=tenant.name, cohort=config.tenancy.cohort, nominal=queue_shares[tenant.name],
+                kinds=tuple(queue_kinds),
                 fleet_pools=tuple(self.pools),
                 borrowing_limit=tenant.queue.borrowing_limit, lending_limit=tenant.queue.lending_limit,
                 weight=tenant.queue.weight,
@@ -193,7 +205,7 @@ class GpuPlatform(pulumi.ComponentResource):
             "tenants": {tenant.name: {"gpus": tenant.gpus, "grants": tenant.grants,
                                       "priorityClass": tenant.priority_class, "retired": tenant.retired, **({
                 "tenancy": "queue", "guaranteed": shares[tenant.name], "borrowable": lendable[tenant.name]}
-                if queued else {}), **({"devices": devices[tenant.name]} if dra else {})}
+                if queued else {}), **({"devices": promised[tenant.name]} if dra else {})}
                 for tenant in config.tenants},
             "pools": {pool.name: {
                 "instanceType": pool.instance_type, "nodes": pool.replicas, "minNodes": pool.autoscaler_min,
@@ -209,7 +221,7 @@ class GpuPlatform(pulumi.ComponentResource):
             "allocationMode": config.allocation_mode,
             # Mode dra: the devices each DeviceClass of the stack covers.
             **({"deviceClasses": {plan.name: {"kind": plan.kind, "pool": plan.pool, "devices": plan.devices}
-                                  for plan in device_classes(dra_pools(config))}} if dra else {}),
+                                  for plan in plans}} if dra else {}),
             # How a node profile change reaches each tuned pool (MCO reboots, or the pool's instance refresh).
             "profiles": tuning.rollouts(flavor),
         }

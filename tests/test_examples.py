@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from fleet.dra import quota_key
 from gpuctl.check import check_plan
 from gpuctl.render import render_plan, write_render
 from gpuctl.stackfile import load_stack_file
@@ -42,20 +43,26 @@ def test_the_queue_example_guarantees_what_its_tenants_declare(example: Plan) ->
     if not all(tenant.get("tenancy") == "queue" for tenant in tenants.values()):
         pytest.skip("not a queue example")
     queues = {queue["metadata"]["name"]: queue["spec"] for queue in example.kind("ClusterQueue")}
+    # Allocation mode dra: the queues count each DeviceClass (its quota key), of the kind the class serves.
+    classes = {quota_key(name): entry["kind"] for name, entry in example.outputs.get("deviceClasses", {}).items()}
     for name, tenant in tenants.items():
         guaranteed: dict[str, int] = {}
         for group in queues[name]["resourceGroups"]:
             for flavor in group["flavors"]:
                 for quota in flavor["resources"]:
-                    if quota["name"].startswith("nvidia.com/"):
-                        guaranteed[quota["name"]] = guaranteed.get(quota["name"], 0) + quota["nominalQuota"]
+                    kind = classes.get(quota["name"], quota["name"])
+                    if kind.startswith("nvidia.com/"):
+                        guaranteed[kind] = guaranteed.get(kind, 0) + quota["nominalQuota"]
         assert {kind: n for kind, n in guaranteed.items() if n} == {k: n for k, n in tenant["grants"].items() if n}
-        # ... within a ceiling of every kind: the guarantee and what it may borrow.
+        # ... within a ceiling of every kind (per class in mode dra): the guarantee and what it may borrow.
         [ceiling] = [quota["spec"]["hard"] for quota in example.kind("ResourceQuota")
                      if quota["metadata"]["name"] == "gpu-quota" and quota["metadata"]["namespace"] == name]
-        assert set(ceiling) == {f"requests.{kind}" for kind in guaranteed}
-        assert all(int(ceiling[f"requests.{kind}"]) == amount + tenant["borrowable"].get(kind, 0)
-                   for kind, amount in guaranteed.items())
+        if classes:
+            held = {kind: sum(int(ceiling[key]) for key, of in classes.items() if of == kind) for kind in guaranteed}
+        else:
+            assert set(ceiling) == {f"requests.{kind}" for kind in guaranteed}
+            held = {kind: int(ceiling[f"requests.{kind}"]) for kind in guaranteed}
+        assert all(held[kind] == amount + tenant["borrowable"].get(kind, 0) for kind, amount in guaranteed.items())
 
 
 def test_there_is_an_example_on_a_current_openshift_release_whose_nodes_get_the_rhel9_driver() -> None:

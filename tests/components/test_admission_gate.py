@@ -16,7 +16,7 @@ from tests.conftest import ROOT, Plan, render_stack
 
 JOB = "kubernetes:batch/v1:Job"
 GATE = f"system:serviceaccount:{GATE_NAMESPACE}:{ACCOUNT}"
-EXAMPLES = {name: ROOT / f"examples/Pulumi.{name}.yaml" for name in ("queue", "queue-openshift", "dra")}
+EXAMPLES = {name: ROOT / f"examples/Pulumi.{name}.yaml" for name in ("queue", "queue-openshift", "dra", "dra-queue")}
 
 
 def plan_of(stack: str) -> Plan:
@@ -24,7 +24,8 @@ def plan_of(stack: str) -> Plan:
     return render_stack(stack, yaml.safe_load(path.read_text())["config"]) if path else render_stack(stack)
 
 
-@pytest.fixture(scope="module", params=["dev", "prod", "onprem", "partitioned", "queue", "queue-openshift", "dra"])
+@pytest.fixture(scope="module", params=["dev", "prod", "onprem", "partitioned", "queue", "queue-openshift", "dra",
+                                        "dra-queue"])
 def plan(request: pytest.FixtureRequest) -> Plan:
     return plan_of(request.param)
 

@@ -4,6 +4,7 @@ guarantee becomes, and Kueue's configuration."""
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
@@ -11,9 +12,10 @@ import yaml
 
 from components import labels
 from components.admission import CORDON_RULES
-from components.kueue import (JOB_TRACKING_FINALIZER, MAX_GRACE_SECONDS, ORPHANING_DELETE, QUEUE_VALIDATIONS,
-                              QUEUE_VARIABLES, TenantQueueArgs, cluster_queue_spec, configuration,
+from components.kueue import (DRA_QUEUE_VARIABLES, JOB_TRACKING_FINALIZER, MAX_GRACE_SECONDS, ORPHANING_DELETE,
+                              QUEUE_VALIDATIONS, QUEUE_VARIABLES, TenantQueueArgs, cluster_queue_spec, configuration,
                               red_hat_configuration)
+from fleet.dra import quota_key
 from tests.cel import broken_rules
 from tests.conftest import ROOT, render_stack
 
@@ -387,3 +389,41 @@ def test_rules_that_came_after_a_pod_do_not_stop_kubernetes_finishing_it() -> No
     widened = copy.deepcopy(old)
     widened["spec"]["tolerations"].append({"key": "node.kubernetes.io/unschedulable", "operator": "Exists"})
     assert broken_rules(QUEUE_VARIABLES, [*QUEUE_VALIDATIONS, *CORDON_RULES], widened, operation="UPDATE", old=old)
+
+
+CLAIMED = {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+           "containers": [{"name": "train", "image": "nvcr.io/nvidia/pytorch:25.10-py3",
+                           "resources": {"claims": [{"name": "gpu"}]}}]}
+
+
+def admit_dra(obj: dict[str, Any], user: str = "alice") -> list[str]:
+    """`admit`, with the queue policy's variables of allocation mode dra."""
+    return broken_rules(DRA_QUEUE_VARIABLES, QUEUE_VALIDATIONS, obj, user=user, tenant_class=labels.LOW_PRIORITY_CLASS,
+                        operation="CREATE")
+
+
+def test_in_dra_mode_a_pod_or_job_with_claims_is_gpu_work_that_goes_through_the_queue() -> None:
+    claimed_pod = {"kind": "Pod", "metadata": {"name": "p"}, "spec": {"restartPolicy": "Never", **CLAIMED}}
+    claimed_job = {"kind": "Job", "metadata": {"name": "j"}, "spec": {"template": {"spec": claimed_pod["spec"]}}}
+    [message] = admit_dra(claimed_pod)
+    assert labels.QUEUE_NAME_LABEL in message
+    assert admit_dra(claimed_pod, user=labels.JOB_CONTROLLER) == []
+    [message] = admit_dra(suspended(claimed_job))
+    assert f"{labels.QUEUE_NAME_LABEL}: {labels.TENANT_QUEUE}" in message
+    queued = {**claimed_job, "metadata": {"name": "j", "labels": QUEUED}}
+    assert admit_dra(suspended(queued)) == []
+    # Without the mode, a claim is not GPU work to the queue policy (the tenant pod policy refuses claims there).
+    assert admit(suspended(queued)) != [] and admit(suspended(claimed_job)) == []
+    assert admit_dra(suspended(job(QUEUED))) == []
+
+
+def test_in_dra_mode_kueue_counts_each_class_as_its_quota_line() -> None:
+    classes = ("gpu.gpu-platform.io", "mig-1g.10gb.gpu-platform.io")
+    resources = configuration(classes)["resources"]
+    assert resources["quotaCheckStrategy"] == "IgnoreUndeclared"
+    assert resources["deviceClassMappings"] == [{"name": quota_key(name), "deviceClassNames": [name]}
+                                                for name in classes]
+    # A label key, as Kueue validates the name (pkg/config/validation.go validateDeviceClassMappings).
+    assert all(re.fullmatch(r"[a-z0-9.-]{1,253}/[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?", mapping["name"])
+               for mapping in resources["deviceClassMappings"])
+    assert "deviceClassMappings" not in configuration()["resources"]

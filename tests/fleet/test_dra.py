@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fleet.dra import (OPERATOR_CLASSES, DraPool, class_name, dedicated_model_clash, device_classes, quota_key,
-                       tenant_devices)
+from fleet.dra import (OPERATOR_CLASSES, DraPool, class_name, dedicated_model_clash, device_classes, pool_classes,
+                       quota_key, tenant_devices)
 
 H100, L40S = "NVIDIA-H100-80GB-HBM3", "NVIDIA-L40S"
 WHOLE = DraPool("train", H100, {"nvidia.com/gpu": 8}, {}, nodes=2)
@@ -52,3 +52,11 @@ def test_names_are_valid_quota_resource_names() -> None:
     name = class_name("nvidia.com/mig-1g.10gb.me", "1g.10gb+me", "pool-a")
     assert name == "mig-1g.10gb-me.pool-a.gpu-platform.io"
     assert quota_key(name) == f"{name}.deviceclass.resource.k8s.io/devices"
+
+
+def test_each_kind_of_a_pool_has_its_class_a_dedicated_pools_its_own() -> None:
+    assert pool_classes(MIG) == {"nvidia.com/mig-1g.10gb": "mig-1g.10gb.gpu-platform.io",
+                                 "nvidia.com/mig-1g.10gb.me": "mig-1g.10gb-me.gpu-platform.io"}
+    assert pool_classes(SEARCH) == {"nvidia.com/gpu": "gpu.search.gpu-platform.io"}
+    names = {plan.name for plan in device_classes([WHOLE, MIG, SEARCH])}
+    assert {name for pool in (WHOLE, MIG, SEARCH) for name in pool_classes(pool).values()} == names

@@ -19,6 +19,7 @@ from components import labels
 from gpuctl.check import Violation, check_plan
 from policy.rules import DEFAULT_OVERCOMMIT, DEFAULT_REGISTRIES, POD_SECURITY_ENFORCE, POLICIES
 from tests.conftest import ROOT, Plan, render_stack, stack_config
+from tests.stacks.test_allocation import dra_queue_config
 
 Document = dict[str, Any]
 SHIPPED = sorted(path.name.split(".")[1] for path in ROOT.glob("Pulumi.*.yaml"))
@@ -829,3 +830,17 @@ def test_queue_flavors_of_karpenter_pools_are_judged_at_their_limit() -> None:
     quota["nominalQuota"] = 17  # the pool's limit is 4 nodes x 4 GPUs
     [violation] = of(check_plan(doc), "queue-guarantee-within-capacity")
     assert "its pool advertises 16" in violation.message
+
+
+def test_in_dra_queue_mode_guarantees_not_ceilings_are_held_to_each_classs_devices() -> None:
+    """The DRA example in tenancy mode queue: tenants' ceilings (guarantee plus borrowing) add up past a class's
+    devices, which is borrowing; a guarantee raised past them is reported on the class."""
+    doc = copy.deepcopy(render_stack("dra-queue", dra_queue_config()).document)
+    assert of(check_plan(doc), "gpu-quota-within-capacity") == []
+    whole = "gpu.gpu-platform.io.deviceclass.resource.k8s.io/devices"
+    [quota] = [quota for group in inputs(doc, "tenant-research-queue-cluster-queue")["spec"]["resourceGroups"]
+               for flavor in group["flavors"] for quota in flavor["resources"] if quota["name"] == whole]
+    quota["nominalQuota"] = 1  # training 6, search 2, research 1: 9 of the 8 H100s
+    [violation] = of(check_plan(doc), "gpu-quota-within-capacity")
+    assert "DeviceClass gpu.gpu-platform.io add up to 9 devices" in violation.message
+    assert "research 1" in violation.message
