@@ -24,8 +24,7 @@ from e2e.conftest import Applied, apply_stack, prepare_cluster, tenants_ready
 from e2e.dra import GPU_CLUSTER_CRD, resource_slices
 from e2e.kube import Kube, apply_crds, refusal, stays, wait_for
 from e2e.stack import Stack
-from e2e.test_dra import (RESOURCE, SEARCH, WHOLE, allocated, as_tenant, claim, claims_policy_in_force, message,
-                          template)
+from e2e.test_dra import RESOURCE, SEARCH, WHOLE, allocated, as_tenant, claim, message, template
 from e2e.test_kueue import RUNNING, WORKLOAD, after_its_admission_second, condition, preempted, workload
 from e2e.test_tenants import RESTRICTED_POD, container
 from fleet.dra import quota_key
@@ -50,7 +49,6 @@ def queued(tools, tmp_path_factory) -> Iterator[Applied]:
         tenants_ready(stack, admin)
         for slice_ in resource_slices(stack):
             admin.create(slice_)
-        claims_policy_in_force(admin)
         yield applied
         for client in [admin, *applied.users.values()]:
             client.close()
