@@ -16,8 +16,15 @@ What a stand-in cannot show: the driver preparing a device (CDI), its health che
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+from e2e import kueue
+from e2e.cluster import KWOK_STAGES, ControlPlane
+from e2e.conftest import Applied, apply_stack, prepare_cluster, tenants_ready
+from e2e.kube import Kube, apply_crds
 from e2e.stack import Stack
 
 DRIVER = "gpu.nvidia.com"
@@ -97,3 +104,28 @@ GPU_CLUSTER_CRD = {
                            "schema": {"openAPIV3Schema": {"type": "object",
                                                           "x-kubernetes-preserve-unknown-fields": True}}}]},
 }
+
+
+@contextmanager
+def dra_plane(stack: Stack, folder: Path, stages: tuple[str, ...] = KWOK_STAGES,
+              queued: bool = False) -> Iterator[Applied]:
+    """A control plane in `folder` with the stand-in GPUCluster CRD, `stack` applied (`queued`: after Kueue, counting
+    the stack's DeviceClasses), its tenants ready and the stand-in slices published."""
+    with ControlPlane.start(folder, stages=stages) as plane:
+        first = Kube(plane.kubeconfig)  # the stand-in CRD first: discovery then knows its group as a whole
+        apply_crds(first, [GPU_CLUSTER_CRD])
+        first.close()
+        admin = prepare_cluster(stack, plane)
+        if queued:
+            kueue.start(plane, admin, device_classes=tuple(
+                obj["metadata"]["name"] for obj in stack.objects() if obj["kind"] == "DeviceClass"))
+        applied = Applied(stack, plane, admin)
+        apply_stack(applied)
+        tenants_ready(stack, admin)
+        for slice_ in resource_slices(stack):
+            admin.create(slice_)
+        try:
+            yield applied
+        finally:
+            for client in [admin, *applied.users.values()]:
+                client.close()

@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -79,13 +80,29 @@ def gate_job(stack: Stack) -> dict:
     return job
 
 
-def start_gate(stack: Stack, plane: ControlPlane, admin: Kube, folder: Path) -> subprocess.Popen:
-    """The gate Job's script, started as its pod would run it (a stand-in: see the module's docstring)."""
+@contextmanager
+def gate_running(stack: Stack, plane: ControlPlane, admin: Kube, folder: Path) -> Iterator[subprocess.Popen]:
+    """The gate Job's script, started as its pod would run it (a stand-in: see the module's docstring), and killed
+    at the end of the block if it is still running."""
     container = gate_job(stack)["spec"]["template"]["spec"]["containers"][0]
     env = {"PATH": os.environ["PATH"], "APISERVER": plane.server, "ACCOUNT_DIR": str(account_dir(plane, admin, folder)),
            **{e["name"]: e["value"] for e in container["env"]}}
-    return subprocess.Popen(["/bin/sh", "-c", container["command"][2]], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(["/bin/sh", "-c", container["command"][2]], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def gate_ends(process: subprocess.Popen, stack: Stack) -> None:
+    """The gate's script ends, 0, within IN_FORCE_SECONDS, having seen each probed policy in force."""
+    output, _ = process.communicate(timeout=IN_FORCE_SECONDS)
+    assert process.returncode == 0, output
+    for policy in probed_policies(stack):
+        assert f"{policy} is in force" in output, output
 
 
 def probed_policies(stack: Stack) -> list[str]:
@@ -101,8 +118,7 @@ def test_the_gate_waits_until_every_tenant_policy_refuses_and_its_account_create
     probed = probed_policies(stack)
     assert probed and {p["metadata"]["name"] for p in policies} == set(probed)
 
-    gate_process = start_gate(stack, plane, admin, tmp_path / "account")
-    try:
+    with gate_running(stack, plane, admin, tmp_path / "account") as gate_process:
         time.sleep(WAITING_SECONDS)
         assert gate_process.poll() is None, gate_process.communicate()[0]  # no policy yet: still waiting
 
@@ -126,16 +142,8 @@ def test_the_gate_waits_until_every_tenant_policy_refuses_and_its_account_create
         applied_at = time.monotonic()
         for policy in policies:
             admin.apply(policy)
-        output, _ = gate_process.communicate(timeout=IN_FORCE_SECONDS)
+        gate_ends(gate_process, stack)
         took = time.monotonic() - applied_at
-    finally:
-        if gate_process.poll() is None:
-            gate_process.kill()
-            gate_process.wait()
-
-    assert gate_process.returncode == 0, output
-    for policy in probed:
-        assert f"{policy} is in force" in output, output
     print(f"gate ended {took:.1f} s after the policies were applied")
 
 
@@ -169,9 +177,8 @@ def test_under_the_engine_no_tenant_is_bound_before_the_gate_has_seen_the_polici
                 assert all(admin.get("admissionregistration.k8s.io/v1", kind, name) for kind in POLICY_KINDS
                            for name in probed_policies(stack))
                 try:
-                    gate_process = start_gate(stack, plane, admin, tmp_path / "account")
-                    output, _ = gate_process.communicate(timeout=IN_FORCE_SECONDS)
-                    assert gate_process.returncode == 0, output
+                    with gate_running(stack, plane, admin, tmp_path / "account") as gate_process:
+                        gate_ends(gate_process, stack)
                     time.sleep(WAITING_SECONDS)  # the engine had every chance to go on without the Job
                     bound = [name for namespace, name in members
                              if admin.get("rbac.authorization.k8s.io/v1", "RoleBinding", name, namespace)]

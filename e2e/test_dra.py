@@ -18,12 +18,11 @@ from kubernetes.dynamic.exceptions import NotFoundError
 from components import labels
 from components.admission_gate import ACCOUNT, GATE_NAMESPACE, PROBE_NAMESPACE
 from components.dra_admission import ADMIN_ACCESS_LABEL, CLAIM_VALIDATIONS, NAMESPACE_VALIDATIONS
-from e2e.cluster import ControlPlane
-from e2e.conftest import Applied, apply_stack, prepare_cluster, tenants_ready
-from e2e.dra import GPU_CLUSTER_CRD, resource_slices
-from e2e.kube import Kube, apply_crds, refusal, stays, wait_for
+from e2e.conftest import Applied
+from e2e.dra import dra_plane
+from e2e.kube import Kube, refusal, stays, wait_for
 from e2e.stack import Stack
-from e2e.test_admission_gate import IN_FORCE_SECONDS, probed_policies, start_gate
+from e2e.test_admission_gate import gate_ends, gate_running, probed_policies
 from fleet.dra import quota_key
 from tests.conftest import ROOT
 
@@ -43,20 +42,8 @@ def applied(tools, tmp_path_factory) -> Iterator[Applied]:
     still has quota on it."""
     config = yaml.safe_load(EXAMPLE.read_text())["config"]
     next(tenant for tenant in config["gpu-platform:tenants"] if tenant["name"] == "training")["gpus"] = OVERCOMMITTED
-    stack = Stack.from_config("dra", config)
-    with ControlPlane.start(tmp_path_factory.mktemp("cluster-dra")) as plane:
-        first = Kube(plane.kubeconfig)  # the stand-in CRD first: discovery then knows its group as a whole
-        apply_crds(first, [GPU_CLUSTER_CRD])
-        first.close()
-        admin = prepare_cluster(stack, plane)
-        applied = Applied(stack, plane, admin)
-        apply_stack(applied)
-        tenants_ready(stack, admin)
-        for slice_ in resource_slices(stack):
-            admin.create(slice_)
+    with dra_plane(Stack.from_config("dra", config), tmp_path_factory.mktemp("cluster-dra")) as applied:
         yield applied
-        for client in [admin, *applied.users.values()]:
-            client.close()
 
 
 @pytest.fixture
@@ -300,16 +287,8 @@ def test_the_admission_gate_waits_for_the_claims_policies_too(cluster: Applied, 
     probed = probed_policies(cluster.stack)
     assert {"gpu-platform-tenant-claims-resourceclaims", "gpu-platform-tenant-claims-resourceclaimtemplates"} <= set(
         probed)
-    gate = start_gate(cluster.stack, cluster.plane, cluster.admin, tmp_path / "account")
-    try:
-        output, _ = gate.communicate(timeout=IN_FORCE_SECONDS)
-    finally:
-        if gate.poll() is None:
-            gate.kill()
-            gate.wait()
-    assert gate.returncode == 0, output
-    for policy in probed:
-        assert f"{policy} is in force" in output, output
+    with gate_running(cluster.stack, cluster.plane, cluster.admin, tmp_path / "account") as gate:
+        gate_ends(gate, cluster.stack)
     # The quota controller counts both kinds at 0 (the keys are ones it knows), and a real claim is refused.
     hard = cluster.admin.get("v1", "ResourceQuota", "nothing", PROBE_NAMESPACE)["status"]["hard"]
     assert hard["count/resourceclaims.resource.k8s.io"] == hard["count/resourceclaimtemplates.resource.k8s.io"] == "0"

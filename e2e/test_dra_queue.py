@@ -18,11 +18,9 @@ from kubernetes.dynamic.exceptions import NotFoundError
 from components import labels
 from components.dra_admission import CLAIM_VALIDATIONS, QUEUED_TEMPLATE_VALIDATIONS
 from components.kueue import QUEUE_VALIDATIONS
-from e2e import kueue
-from e2e.cluster import ControlPlane
-from e2e.conftest import Applied, apply_stack, prepare_cluster, tenants_ready
-from e2e.dra import GPU_CLUSTER_CRD, resource_slices
-from e2e.kube import Kube, apply_crds, refusal, stays, wait_for
+from e2e.conftest import Applied
+from e2e.dra import dra_plane
+from e2e.kube import refusal, stays, wait_for
 from e2e.stack import Stack
 from e2e.test_dra import RESOURCE, SEARCH, WHOLE, allocated, as_tenant, claim, message, template
 from e2e.test_kueue import RUNNING, WORKLOAD, after_its_admission_second, condition, preempted, workload
@@ -37,21 +35,8 @@ POOL = "h100-training"  # 8 H100s: training guaranteed 6, search 2 (which it len
 @pytest.fixture(scope="module")
 def queued(tools, tmp_path_factory) -> Iterator[Applied]:
     stack = Stack.from_config("dra-queue", dra_queue_config())
-    classes = tuple(obj["metadata"]["name"] for obj in stack.objects() if obj["kind"] == "DeviceClass")
-    with ControlPlane.start(tmp_path_factory.mktemp("cluster-dra-queue"), stages=RUNNING) as plane:
-        first = Kube(plane.kubeconfig)
-        apply_crds(first, [GPU_CLUSTER_CRD])
-        first.close()
-        admin = prepare_cluster(stack, plane)
-        kueue.start(plane, admin, device_classes=classes)
-        applied = Applied(stack, plane, admin)
-        apply_stack(applied)
-        tenants_ready(stack, admin)
-        for slice_ in resource_slices(stack):
-            admin.create(slice_)
+    with dra_plane(stack, tmp_path_factory.mktemp("cluster-dra-queue"), stages=RUNNING, queued=True) as applied:
         yield applied
-        for client in [admin, *applied.users.values()]:
-            client.close()
 
 
 @pytest.fixture
