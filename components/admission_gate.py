@@ -61,8 +61,10 @@ class Probe:
 
     @property
     def quota_key(self) -> str:
-        """The ResourceQuota key that counts objects of this resource (core kinds have names of their own;
-        k8s.io/kubernetes v1.34.4 pkg/quota/v1/evaluator/core: `count/<resource>.<group>` for any other)."""
+        """The ResourceQuota key that counts objects of this resource: core kinds have names of their own, any other
+        `count/<resource>.<group>` (k8s.io/apiserver v0.34.4 pkg/quota/v1/generic/evaluator.go,
+        ObjectCountQuotaResourceNameFor, which kubernetes v1.34.4 pkg/quota/v1/evaluator/core/resource_claims.go
+        ClaimObjectCountName uses)."""
         return f"count/{self.resource}.{self.group}" if self.group else self.resource
 
 
