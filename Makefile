@@ -20,7 +20,7 @@ render: setup
 	$(BIN)/python -m gpuctl render --stack $(STACK) --out build/$(STACK) --offline
 
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto
 
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, promtool, Kueue, Karpenter (its kwok
 # provider), and the Pulumi engine, its Python language host and Kubernetes provider, from the pins in
