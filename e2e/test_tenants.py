@@ -546,6 +546,32 @@ def test_a_gpu_pod_may_not_tolerate_a_cordon(cluster: Applied, name: str, tolera
     assert any(text_of in text for _, text_of in CORDON_RULES), name
 
 
+def the_scheduler_sees_the_cordon(cluster: Applied, pool: dict[str, str]) -> None:
+    """The scheduler places pods by its informer's copy of the nodes, which a watch updates a moment after a cordon:
+    a pod made right after one can still be placed on the node (a run of two suites at once saw it). Wait until the
+    scheduler refuses a pod that only the pool's nodes would take, as unschedulable: the admin's, in kube-system,
+    which the GPU guard leaves to the cluster's node agents (components/admission.py CLUSTER_NAMESPACES)."""
+    canary = in_namespace(pod("cordon-canary", pool=pool, tolerate=True), "kube-system")
+
+    def decided() -> str | None:
+        found = cluster.admin.get("v1", "Pod", "cordon-canary", "kube-system") or {}
+        if found.get("spec", {}).get("nodeName"):
+            return "placed"
+        conditions = found.get("status", {}).get("conditions", [])
+        return next((c["reason"] for c in conditions if c["type"] == "PodScheduled" and c["status"] == "False"),
+                    None)
+
+    def refused() -> bool:
+        cluster.admin.create(canary)
+        try:
+            return wait_for(decided, "the canary pod placed or refused", timeout=SETTLE_SECONDS) == "Unschedulable"
+        finally:
+            cluster.admin.delete("v1", "Pod", "cordon-canary", "kube-system")
+            wait_for(lambda: not cluster.admin.get("v1", "Pod", "cordon-canary", "kube-system"), "the canary pod gone",
+                     timeout=SETTLE_SECONDS)
+    wait_for(refused, "the scheduler sees the cordon", timeout=SETTLE_SECONDS)
+
+
 def test_a_cordoned_gpu_node_takes_no_new_tenant_pod(cluster: Applied) -> None:
     """Every node of a pool cordoned: a tenant's GPU pod for that pool waits; uncordoned, it runs."""
     tenant, pool, resource = given(cluster.stack, "whole")
@@ -555,6 +581,7 @@ def test_a_cordoned_gpu_node_takes_no_new_tenant_pod(cluster: Applied) -> None:
         nodes_api.patch(body={"spec": {"unschedulable": True}}, name=node,
                         content_type="application/merge-patch+json")
     try:
+        the_scheduler_sees_the_cordon(cluster, cluster.stack.pool_selector(pool.name))
         as_tenant(cluster, tenant).create(in_namespace(
             pod("waits", gpus=1, resource=resource, pool=cluster.stack.pool_selector(pool.name)), tenant.name))
         assert stays(lambda: not cluster.admin.get("v1", "Pod", "waits", tenant.name)["spec"].get("nodeName"),
