@@ -28,8 +28,9 @@ test: setup
 e2e-tools:
 	e2e/tools/build.sh
 
+# Every core runs a test file at a time (a file's tests share their planes); the tests mostly wait on the servers.
 e2e: setup e2e-tools
-	$(BIN)/python -m pytest -q e2e
+	$(BIN)/python -m pytest -q -n auto --dist loadfile e2e
 
 bench: setup
 	$(BIN)/python -m benchmarks.fleet
