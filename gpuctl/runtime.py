@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import hmac
@@ -22,6 +21,7 @@ from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 from stacks.config import PROJECT
+from stacks.settle import settled
 
 SECRET = "[secret]"
 # A key for secret fingerprints: with it, each masked value reads `[secret <8 hex>]`, the start of an
@@ -206,20 +206,13 @@ _NOT_YET = object()  # stands in for the root stack until run_in_stack registers
 
 
 def _settled(program: Callable[[], Any]) -> Callable[[], Any]:
-    """`program`, then a wait until every registration and output it started has finished.
-
-    The SDK's own final wait takes the outputs still pending and waits for the first of them to finish, over
-    and over: each round costs the number still pending, and registrations finish a few at a time, so a large
-    program would pay quadratically. Waiting for all pending at once costs each output once. Failed outputs
-    stay where the SDK's wait finds and raises them, as before.
-    """
+    """`program`, then a wait until every registration and output it started has finished, all at once
+    (stacks/settle.py: the SDK's own final wait is quadratic)."""
     async def run() -> None:
         result = program()
         if inspect.isawaitable(result):
             await result
-        while pending := [task for task in (*settings.SETTINGS.outputs, *settings._get_rpc_manager().rpcs)
-                          if not task.done()]:
-            await asyncio.wait(pending)
+        await settled()
 
     return run
 

@@ -13,6 +13,7 @@ from stacks.config import PROJECT, ClusterConfig, ConfigError, StackConfig, load
 from stacks.gpu_platform import GpuPlatform
 from stacks.part import Part
 from stacks.preflight import check_driver_images
+from stacks.settle import settled
 
 
 def build(config: StackConfig, observed: Iterable[ObservedNode] | None = None, *, discover: bool = False,
@@ -108,5 +109,6 @@ def run() -> None:
                             "kernel leaves the stack config is deleted even if nodes still run it, and the CRDs the "
                             "stack needs but does not install are not checked")
         build(config, discover=True, preflight=config.preflight)
+        pulumi.run(settled)  # awaited once the program has run, before the SDK's own final wait
     except ConfigError as error:
         raise pulumi.RunError(str(error)) from None
