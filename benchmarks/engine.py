@@ -9,7 +9,9 @@ fleets of tenants, in one run, on the wall clock:
 - the first `pulumi up` of it, against one `gpuctl render --offline`: the program registering the same resources
   with every answer immediate, so an upper bound of the program's own share of the update;
 - then a change (one tenant added): `pulumi preview` against `gpuctl preview --base HEAD`, and `pulumi up` of it;
-  then one more tenant added, `pulumi up` with a checkpoint after every step (the engine's default), the baseline;
+  then one more without the engine's event log (which the e2e tests read, and every other `up` here writes, but a
+  user's `pulumi up` does not); then one more, `pulumi up` with a checkpoint after every step (the engine's default),
+  the baseline; then one more by `pulumi up --target` of what `gpuctl preview` says changes;
 - and the cost of the file backend's checkpoints: the first `pulumi up` of smaller fleets with a checkpoint after
   every step (the default) and with PULUMI_SKIP_CHECKPOINTS. The file backend rewrites the whole state after every
   step, so an update's checkpoints grow with the square of its resources: the fleets' `up` runs with them skipped,
@@ -131,6 +133,12 @@ def measure(tenants: int, folder: Path, *, previews: bool = True, updates: bool 
                 results["gpuctl preview --base HEAD (one tenant added)"], _ = timed(
                     lambda: gpuctl("preview", "--base", "HEAD", "--format", "json", "--no-cache"))
             results["pulumi up (one tenant added)"], _ = timed(lambda: engine.up(policy_pack=None, timeout=FLEET_SECONDS))
+            deployed()
+            # The e2e tests read the steps from the engine's event log (`--event-log`), which every `up` here writes;
+            # a user's `pulumi up` writes none.
+            with_tenants(project, ["one-unlogged"])
+            results["pulumi up (one more tenant, no event log)"], _ = timed(
+                lambda: replace(engine, logged=()).up(policy_pack=None, timeout=FLEET_SECONDS))
             deployed()
             with_tenants(project, ["another-one"])
             checkpoints = replace(engine, settings={key: value for key, value in engine.settings.items()

@@ -92,6 +92,7 @@ class Engine:
     folder: Path
     kubeconfig: Path
     settings: dict[str, str] = field(default_factory=dict)  # more PULUMI_* settings of every command
+    logged: tuple[str, ...] = LOGGED  # the commands run with an event log; () runs them as a user types them
 
     @classmethod
     def prepare(cls, project: Path, folder: Path, kubeconfig: Path, settings: dict[str, str] | None = None) -> Engine:
@@ -131,7 +132,7 @@ class Engine:
         }
 
     def run(self, *args: str, timeout: float = PREVIEW_SECONDS, check: bool = True) -> subprocess.CompletedProcess:
-        logged = args[0] in LOGGED
+        logged = args[0] in self.logged
         if logged:
             self.event_log.unlink(missing_ok=True)
         command = [str(BIN / "pulumi"), *args, "--non-interactive",
