@@ -40,7 +40,7 @@ def _destructive(diff: PlanDiff, pools: list[PoolChange], tenants: list[TenantCh
               if step.op == "delete" and step.resource["type"] == POOL}
     pool_items = {}
     for pool in pools:
-        items += _recut_losses(pool)
+        items += _recut_losses(pool) + list(pool.takes)
         if (pool.after or pool.before).roll.get("method") == "bring-your-own":
             continue  # its nodes are not the stack's: none of them goes
         if pool.after is None and pool.before is not None:

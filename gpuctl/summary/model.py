@@ -119,6 +119,7 @@ class PoolChange:
     gpus_out: int | None = None  # GPUs out of service at once during the roll, when known
     size_applied: bool = False  # pulumi up sets the node count (the autoscaler does not own it)
     drifts: bool = False  # a Karpenter pool whose nodes are replaced by drift
+    takes: tuple[Destructive, ...] = ()  # what the roll takes from the GPU jobs running on the pool's nodes
 
 
 @dataclass(frozen=True)

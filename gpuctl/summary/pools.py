@@ -12,7 +12,7 @@ from gpuctl.diff import NVIDIA_DRIVER, PlanDiff, Step, object_name
 from gpuctl.summary.model import (ASG, CONSOLIDATION_EVICTS, DRIFT, DRIFT_EVICTS, DRIVER_ROLL_EXCLUDED, EC2_NODE_CLASS,
                                   EXPIRY_UNBUDGETED, LAUNCH_TEMPLATE, MACHINE_SET, MCP_DEFAULT_MAX_UNAVAILABLE,
                                   NODE_POOL, NODE_TUNING, POOL_DOWN, PROFILE_TYPES, REFRESH_CANCELS, REQUIREMENTS,
-                                  UNDERUTILIZED, Destructive, PoolChange, PoolState)
+                                  UNDERUTILIZED, UNDRAINED, Destructive, PoolChange, PoolState)
 from gpuctl.summary.plans import _kernel_key, _pool_components
 
 
@@ -165,16 +165,22 @@ def _driver_steps(diff: PlanDiff, state: PoolState, plan: dict[str, Any]) -> lis
     return found
 
 
+def _upgrade_policy(step: Step, state: PoolState) -> tuple[dict[str, Any], int, str]:
+    """A driver's upgradePolicy, the nodes its roll takes at once, and what leaves each node."""
+    policy = step.resource["inputs"].get("spec", {}).get("upgradePolicy") or {}
+    parallel = policy.get("maxParallelUpgrades", 1)
+    at_once = state.nodes if parallel == 0 else min(parallel, state.nodes)
+    evicted = "every pod drained off the node" if (policy.get("drain") or {}).get("enable") else "its GPU pods evicted"
+    return policy, at_once, evicted
+
+
 def _driver_roll(step: Step, state: PoolState) -> tuple[str, int | None]:
     """The GPU Operator's driver roll as its NVIDIADriver's upgradePolicy sets it, and GPUs out at once."""
-    policy = step.resource["inputs"].get("spec", {}).get("upgradePolicy") or {}
+    policy, at_once, evicted = _upgrade_policy(step, state)
+    parallel = policy.get("maxParallelUpgrades", 1)
     if not policy.get("autoUpgrade"):
         return (f"driver {object_name(step.resource)} changes, but upgradePolicy.autoUpgrade is off: the operator "
                 "rolls nothing; each node takes the new driver only when its driver pod is deleted"), None
-    parallel = policy.get("maxParallelUpgrades", 1)
-    at_once = state.nodes if parallel == 0 else min(parallel, state.nodes)
-    evicted = ("every pod drained off the node" if (policy.get("drain") or {}).get("enable")
-               else "its GPU pods evicted")
     return (f"driver roll by the GPU Operator ({object_name(step.resource)}, upgradePolicy): "
             f"{'every node' if parallel == 0 else f'{at_once} node' + ('s' if at_once != 1 else '')} at a time "
             f"(maxParallelUpgrades {parallel}, maxUnavailable {policy.get('maxUnavailable', '25%')}), each cordoned, "
@@ -260,13 +266,17 @@ def _dedication_phrase(before: PoolState, after: PoolState, method: str | None) 
             "taints); pods already running keep running (NoSchedule evicts nothing)")
 
 
+def _jobs(nodes: int) -> str:
+    return f"running GPU jobs on its {nodes} node{'s' if nodes != 1 else ''}"
+
+
 def _recut_losses(pool: PoolChange) -> list[Destructive]:
     """What a change of how a pool is cut, or who may use it, takes from the jobs on its running nodes."""
     before, after = pool.before, pool.after
     if before is None or after is None or before.partitioning is None or after.partitioning is None:
         return []
     method, name, nodes = after.roll.get("method"), pool.name, before.nodes
-    jobs = f"running GPU jobs on its {nodes} node{'s' if nodes != 1 else ''}"
+    jobs = _jobs(nodes)
     items = []
     if _mig_change(before, after) and not (method == DRIFT and pool.drifts):
         items.append(Destructive(f"pool {name} MIG layout {_layout(before)} -> {_layout(after)}",
@@ -298,6 +308,39 @@ def _recut_losses(pool: PoolChange) -> list[Destructive]:
     return items
 
 
+def _refresh_loss(name: str, before: PoolState, after: PoolState, at_once: int) -> list[Destructive]:
+    """An instance refresh replaces every running node: its GPU jobs go with it, drained first when the handler can.
+    A re-cut or sharing change that rides on the refresh already says so (_recut_losses)."""
+    nodes = min(before.nodes, after.nodes)
+    method = after.roll.get("method")
+    if not nodes or _mig_change(before, after) or _replaces_for_sharing(before, after, method):
+        return []
+    drained = ("terminated with its pods still running: NOT drained unless the node termination handler's IAM policy "
+               "is attached (the pool's drain says how)" if str(after.roll.get("drain", "")).startswith(UNDRAINED) else
+               "drained by the node termination handler before it terminates")
+    return [Destructive(f"pool {name} instance refresh",
+                        f"{_jobs(nodes)}: each node is replaced by a new one, {drained}, "
+                        f"{at_once} node{'s' if at_once != 1 else ''} at a time")]
+
+
+def _driver_loss(name: str, step: Step, state: PoolState) -> list[Destructive]:
+    """A driver roll the GPU Operator runs evicts the GPU pods of each node it reloads."""
+    policy, at_once, evicted = _upgrade_policy(step, state)
+    if not policy.get("autoUpgrade") or not state.nodes:
+        return []
+    return [Destructive(f"pool {name} driver roll ({object_name(step.resource)})",
+                        f"{_jobs(state.nodes)}: each node is cordoned, {evicted} and its driver reloaded, "
+                        f"{at_once} node{'s' if at_once != 1 else ''} at a time")]
+
+
+def _profile_loss(name: str, before: PoolState, pace: str) -> list[Destructive]:
+    """A node profile the Machine Config Operator applies reboots every node of the pool."""
+    if not before.nodes:
+        return []
+    return [Destructive(f"pool {name} node profile",
+                        f"{_jobs(before.nodes)}: the Machine Config Operator drains and reboots each node, {pace}")]
+
+
 def _pool_change(name: str, before: PoolState | None, after: PoolState | None, steps: list[Step],
                  release: tuple[str | None, str | None], drivers: list[Step] = ()) -> PoolChange:
     brought = (after or before).roll.get("method") == "bring-your-own"
@@ -321,12 +364,13 @@ def _pool_change(name: str, before: PoolState | None, after: PoolState | None, s
             rolls.append(_partition_roll(before, after, method))
         rolls.append(_dedication_phrase(before, after, method))
         return PoolChange(name, before, after, "; ".join(filter(None, [kernel, *rolls]))
-                          or "no roll (nodes are not this stack's)")
+                          or "no roll (nodes are not this stack's)",
+                          takes=tuple(loss for step in drivers for loss in _driver_loss(name, step, after)))
     replaced = any(step.op == "replace" and step.resource["type"] == ASG for step in steps)
     template_changed = not replaced and (any(step.resource["type"] == LAUNCH_TEMPLATE for step in steps) or any(
         step.resource["type"] == MACHINE_SET and any(c.path.startswith("spec.template") for c in step.changes)
         for step in steps))
-    phrases, gpus_out = [], None
+    phrases, gpus_out, takes = [], None, []
     if replaced:
         phrases.append(f"replaced: {POOL_DOWN}")
         gpus_out = before.gpus
@@ -340,15 +384,17 @@ def _pool_change(name: str, before: PoolState | None, after: PoolState | None, s
     if after.profile.get("rollsBy") == "machine-config-operator" and any(
             step.resource["type"] in PROFILE_TYPES for step in steps):
         per = after.profile.get("maxUnavailable", MCP_DEFAULT_MAX_UNAVAILABLE)
-        at_once = per if isinstance(per, int) else f"{per} of the nodes"
+        pace = (f"{per} node{'s' if per != 1 else ''} at a time" if isinstance(per, int)
+                else f"{per} of the nodes at a time")
         phrases.append(f"node profile change: the Machine Config Operator reboots each node through machine config "
-                       f"pool {after.profile.get('machineConfigPool', name)}, {at_once} "
-                       f"node{'s' if at_once != 1 else ''} at a time (maxUnavailable)")
+                       f"pool {after.profile.get('machineConfigPool', name)}, {pace} (maxUnavailable)")
+        takes += _profile_loss(name, before, pace)
         if isinstance(per, int):
             gpus_out = max(gpus_out or 0, per * after.gpus_per_node)
     if template_changed and method == "instance-refresh":
         at_once = _at_once(min(before.nodes, after.nodes), after.roll.get("minHealthyPercentage"))
         phrases.append(f"{_refresh_phrase(after, at_once)}; {REFRESH_CANCELS}")
+        takes += _refresh_loss(name, before, after, at_once)
         gpus_out = max(gpus_out or 0, at_once * after.gpus_per_node)
     elif method == DRIFT and _drifts(steps):
         phrase, at_once = _drift_phrase(before, after)
@@ -369,6 +415,7 @@ def _pool_change(name: str, before: PoolState | None, after: PoolState | None, s
     for step in drivers:
         phrase, out = _driver_roll(step, after)
         phrases.append(phrase)
+        takes += _driver_loss(name, step, after)
         if out is not None:
             gpus_out = max(gpus_out or 0, out)
     capped = after.max_nodes is not None and before.max_nodes is not None and after.max_nodes < before.max_nodes
@@ -391,4 +438,4 @@ def _pool_change(name: str, before: PoolState | None, after: PoolState | None, s
                        + ("" if capped and method == "instance-refresh" else
                           ", and leaves the running nodes as they are"))
     return PoolChange(name, before, after, "; ".join(phrases) or "no roll", gpus_out, size_applied(steps),
-                      method == DRIFT and _drifts(steps))
+                      method == DRIFT and _drifts(steps), tuple(takes))

@@ -445,6 +445,8 @@ def test_a_driver_branch_change_rolls_every_pool_through_the_operator(edit_prod)
         assert "driver roll by the GPU Operator" in roll
         assert "1 node at a time (maxParallelUpgrades 1, maxUnavailable 25%)" in roll
         assert "its GPU pods evicted and the driver reloaded" in roll
+    evicted = lines_of(result.stdout, "! pool ")
+    assert len(evicted) == 3 and all("driver roll" in line and "its GPU pods evicted" in line for line in evicted)
 
 
 def test_a_region_change_is_destructive_and_refused(edit_prod):

@@ -51,7 +51,10 @@ def test_a_kernel_upgrade_names_the_pool_its_counts_kernels_roll_and_new_driver(
     old = kernels[f"ubuntu22.04/{OLD_KERNEL}"]
     assert old.change == "unchanged" and old.pools_after == ["a10g-batch"]
     assert "l4-inference nodes run it until they roll; the driver stays while any node runs it" in old.note
-    assert kernel_upgrade.destructive == []
+    # The refresh replaces every running node: its GPU jobs are drained off and go with it.
+    assert [(d.what, d.takes_away) for d in kernel_upgrade.destructive] == [(
+        "pool l4-inference instance refresh", "running GPU jobs on its 8 nodes: each node is replaced by a new one, "
+        "drained by the node termination handler before it terminates, 1 node at a time")]
 
     text = "\n".join(summary_lines(kernel_upgrade))
     assert f"pool l4-inference: g6.xlarge, nodes 8, GPUs 8, ubuntu22.04 {OLD_KERNEL} -> ubuntu22.04 {NEW_KERNEL}" \
@@ -143,6 +146,10 @@ def test_a_node_profile_change_on_openshift_rolls_that_pool_through_the_machine_
     assert rolls["a100-training"].roll.startswith("node profile change: the Machine Config Operator reboots each node")
     assert "1 node at a time" in rolls["a100-training"].roll and rolls["a100-training"].gpus_out == 8
     assert rolls["t4-inference"].roll == "no roll"
+    # Each reboot takes the node's running GPU jobs: the preview lists them, never "Destructive: nothing".
+    assert [(d.what, d.takes_away) for d in summary.destructive] == [(
+        "pool a100-training node profile", "running GPU jobs on its 1 node: the Machine Config Operator drains and "
+        "reboots each node, 1 node at a time")]
 
 
 def test_a_kernel_nodes_run_that_the_stack_does_not_declare_is_called_out(dev_plan):

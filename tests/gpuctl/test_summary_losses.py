@@ -38,6 +38,22 @@ def test_removing_the_node_termination_handler_role_switches_drain_off_for_every
     assert "goes with its pods still running" in line
 
 
+def test_an_image_change_on_a_pool_without_drain_says_its_nodes_go_with_their_jobs_running() -> None:
+    """An instance refresh replaces every running node; where the handler cannot drain, the jobs are not moved."""
+    def edit(config: dict) -> None:
+        config["gpu-platform:cluster"].pop("nodeTerminationHandlerRole")
+        l4 = next(p for p in config["gpu-platform:nodePools"] if p["name"] == "l4-inference")
+        l4.update(kernel="6.8.0-1024-aws", image="ami-0a1b2c3d4e5f60789")
+
+    summary, lines = change("prod", edit)
+
+    [refresh] = [line for line in destructive(summary) if line.startswith("pool l4-inference instance refresh")]
+    assert refresh.startswith("pool l4-inference instance refresh: running GPU jobs on its 8 nodes: each node is "
+                              "replaced by a new one, terminated with its pods still running: NOT drained unless")
+    assert refresh.endswith(", 1 node at a time")
+    assert "Destructive: nothing" not in lines
+
+
 def test_a_tenants_new_group_is_a_loss_for_the_old_group_and_the_tenant_counts_as_changed() -> None:
     def edit(config: dict) -> None:
         vision = next(t for t in config["gpu-platform:tenants"] if t["name"] == "vision")
@@ -91,8 +107,15 @@ def test_a_driver_branch_downgrade_is_remarked_and_listed() -> None:
     summary, lines = change("prod", edit)
 
     assert [item.what for item in summary.destructive] == [
+        "pool a10g-batch driver roll (nvidia-driver-ubuntu22-04-6-8-0-1021-aws)",
+        "pool h100-training driver roll (nvidia-driver-ubuntu22-04-6-8-0-1019-aws)",
+        "pool l4-inference driver roll (nvidia-driver-ubuntu22-04-6-8-0-1021-aws)",
         "driver for ubuntu22.04/6.8.0-1019-aws downgraded, branch 580 -> 570",
         "driver for ubuntu22.04/6.8.0-1021-aws downgraded, branch 580 -> 570"]
+    # The operator reloads each node's driver with its GPU pods evicted, one node at a time (maxParallelUpgrades 1).
+    [a10g] = [item for item in summary.destructive if item.what.startswith("pool a10g-batch")]
+    assert a10g.takes_away == ("running GPU jobs on its 4 nodes: each node is cordoned, its GPU pods evicted and its "
+                               "driver reloaded, 1 node at a time")
     assert all(kernel.note == "driver branch 580 -> 570: a downgrade" for kernel in summary.kernels)
     assert sum("driver branch 580 -> 570: a downgrade" in line for line in lines) == 2
 
