@@ -11,7 +11,8 @@ fleets of tenants, in one run, on the wall clock:
 - then a change (one tenant added): `pulumi preview` against `gpuctl preview --base HEAD`, and `pulumi up` of it;
   then one more without the engine's event log (which the e2e tests read, and every other `up` here writes, but a
   user's `pulumi up` does not); then one more, `pulumi up` with a checkpoint after every step (the engine's default),
-  the baseline; then one more by `pulumi up --target` of what `gpuctl preview` says changes;
+  the baseline; then one more by `pulumi up --target` of what `gpuctl preview` says changes. The fleets run as a
+  fleet's deploy does, without the CLI's automatic log (docs/deploying.md), plus one preview and one `up` with it on;
 - and the cost of the file backend's checkpoints: the first `pulumi up` of smaller fleets with a checkpoint after
   every step (the default) and with PULUMI_SKIP_CHECKPOINTS. The file backend rewrites the whole state after every
   step, so an update's checkpoints grow with the square of its resources: the fleets' `up` runs with them skipped,
@@ -75,15 +76,18 @@ def resources(engine: Engine) -> int:
 
 
 def measure(tenants: int, folder: Path, *, previews: bool = True, updates: bool = True, additions: bool = True,
-            settings: dict[str, str] | None = None) -> dict[str, float | int]:
-    """Wall-clock seconds of each step on a fresh cluster and stack, with `settings` for the engine."""
+            settings: dict[str, str] | None = None, automatic_log: bool = True) -> dict[str, float | int]:
+    """Wall-clock seconds of each step on a fresh cluster and stack, with `settings` for the engine and, unless
+    `automatic_log`, the CLI's automatic log off (then one preview and one `up` with it on, the baseline)."""
     stack = Stack.render(STACK)
     with ControlPlane.start(folder / "cluster") as plane:
         admin = prepare_cluster(stack, plane)
         charts = StandInCharts(folder / "charts", CHARTS)
         try:
             project = project_copy(folder / "project")
-            engine = Engine.prepare(project, folder / "engine", plane.kubeconfig, settings)
+            engine = replace(Engine.prepare(project, folder / "engine", plane.kubeconfig, settings),
+                             automatic_log=automatic_log)
+            logging = replace(engine, automatic_log=True)
             engine.init(STACK)
             for key, value in ((f"{PROJECT}:preflight", "false"), (f"{PROJECT}:charts.mirror", charts.url)):
                 engine.run("config", "set", "--path", key, value)
@@ -130,6 +134,9 @@ def measure(tenants: int, folder: Path, *, previews: bool = True, updates: bool 
             with_tenants(project, ["one-more"])
             if previews:
                 results["pulumi preview (one tenant added)"], _ = timed(lambda: engine.preview(timeout=FLEET_SECONDS))
+                if not automatic_log:
+                    results["pulumi preview (one tenant added, the CLI's automatic log on)"], _ = timed(
+                        lambda: logging.preview(timeout=FLEET_SECONDS))
                 results["gpuctl preview --base HEAD (one tenant added)"], _ = timed(
                     lambda: gpuctl("preview", "--base", "HEAD", "--format", "json", "--no-cache"))
             results["pulumi up (one tenant added)"], _ = timed(lambda: engine.up(policy_pack=None, timeout=FLEET_SECONDS))
@@ -140,6 +147,11 @@ def measure(tenants: int, folder: Path, *, previews: bool = True, updates: bool 
             results["pulumi up (one more tenant, no event log)"], _ = timed(
                 lambda: replace(engine, logged=()).up(policy_pack=None, timeout=FLEET_SECONDS))
             deployed()
+            if not automatic_log:
+                with_tenants(project, ["one-auto-logged"])
+                results["pulumi up (one more tenant, the CLI's automatic log on)"], _ = timed(
+                    lambda: logging.up(policy_pack=None, timeout=FLEET_SECONDS))
+                deployed()
             with_tenants(project, ["another-one"])
             checkpoints = replace(engine, settings={key: value for key, value in engine.settings.items()
                                                     if key != SKIP_CHECKPOINTS})
@@ -202,9 +214,9 @@ def main() -> None:
         report(f"{STACK} as shipped ({shipped.pop('resources')} resources):", shipped)
     for tenants in args.tenants:
         results = in_scratch(tenants, previews=not args.no_previews, updates=not args.previews_only,
-                             settings=FLEET_SETTINGS)
-        settings = "" if args.previews_only else ", `pulumi up` with " + " ".join(
-            f"{key}={value}" for key, value in FLEET_SETTINGS.items())
+                             settings=FLEET_SETTINGS, automatic_log=False)
+        settings = " (the CLI's automatic log off)" + ("" if args.previews_only else ", `pulumi up` with " + " ".join(
+            f"{key}={value}" for key, value in FLEET_SETTINGS.items()))
         report(f"{STACK} with {tenants} more tenants ({results.pop('resources')} resources){settings}:", results)
     for tenants in args.checkpoint_tenants:
         results = {}

@@ -13,6 +13,9 @@ server keeps whole and defaulted ("Apply failed with 1 conflict: conflict with "
 the checkpoints: a Helm release's create does not upsert ("cannot re-use a name that is still in use", also found
 here).
 
+The fleet's commands run as a fleet's deploy runs them, without the CLI's automatic log (its PULUMI_HOME/logs a
+regular file: docs/deploying.md), and the test checks the CLI wrote none.
+
 Here, on onprem with 40 more tenants, against the real engine and API server: the platform's `up`, then the tenants'
 `up` killed once a third of their namespaces exist, `pulumi cancel` (the dead update's lock), `up` again, then no
 change left to make and no object carrying the program's label in the cluster that the state does not hold.
@@ -31,7 +34,7 @@ from typing import Any
 
 from components import labels
 from e2e.cluster import BIN
-from e2e.engine import FLEET_SETTINGS, PLATFORM_FIRST
+from e2e.engine import AUTOMATIC_LOG, FLEET_SETTINGS, PLATFORM_FIRST
 from e2e.kube import wait_for
 from e2e.test_engine_lifecycle import PROJECT, started
 
@@ -81,13 +84,15 @@ def helm_releases(admin) -> set[tuple[str, str]]:
 
 def test_a_first_deploy_killed_midway_converges_on_the_next_up(tmp_path: Path) -> None:
     with started("onprem", tmp_path) as life:
-        engine = replace(life.engine, settings=FLEET_SETTINGS)
+        engine = replace(life.engine, settings=FLEET_SETTINGS, automatic_log=False)
+        logs = engine.folder / "home" / AUTOMATIC_LOG
         life.edit(lambda config: config[f"{PROJECT}:tenants"].extend(
             {"name": name, "gpus": 0, "group": name} for name in TENANTS))
         # The platform first, with the engine's checkpoints: its Helm releases are the one kind of resource whose
         # create does not upsert (Helm's install refuses a release name in use: helm pkg/action/install.go,
         # availableName), so they are in the state before the tenants' update, which may die.
         life.engine.run("up", "--yes", "--skip-preview", *PLATFORM_FIRST, timeout=600)
+        assert any(logs.glob("*onprem*.log")), "the CLI writes its automatic log by default"
         platform = stack_objects(engine.export())
         assert platform and not tenant_namespaces(life.admin)
         command = [str(BIN / "pulumi"), "up", "--yes", "--skip-preview", "--non-interactive"]
@@ -113,6 +118,8 @@ def test_a_first_deploy_killed_midway_converges_on_the_next_up(tmp_path: Path) -
         engine.run("cancel", "--yes")
         engine.up()
 
+        # The fleet's commands ran without the automatic log (docs/deploying.md): its path stayed an empty file.
+        assert logs.is_file() and logs.stat().st_size == 0
         life.nothing_left("after the killed update and the next one")
         state = engine.export()
         held = stack_objects(state)

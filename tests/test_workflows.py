@@ -289,6 +289,17 @@ def test_deploy_writes_the_state_once_only_where_every_create_upserts(deploy, aw
         assert settings == dict.fromkeys(settings, expected), stack
 
 
+def test_fleet_deploys_run_the_cli_without_its_automatic_log(deploy, aws_stacks):
+    """Where the fleet's update runs (the stacks that skip checkpoints), ~/.pulumi/logs is a file before any pulumi
+    step, so the CLI writes no automatic log, which the runner would discard (docs/deploying.md)."""
+    for stack, (_, job) in deploy_jobs(deploy).items():
+        switched = [step for step in job["steps"] if step.get("run") == "mkdir -p ~/.pulumi && touch ~/.pulumi/logs"]
+        assert len(switched) == (stack not in aws_stacks), stack
+        for step in switched:
+            assert all(index_of(job, step) < index_of(job, other)
+                       for command in ("preview", "up") for other in pulumi_steps(job, command)), stack
+
+
 # --- both -------------------------------------------------------------------------------------------------------
 
 
