@@ -87,7 +87,7 @@ def measure(tenants: int, folder: Path, *, previews: bool = True, updates: bool 
             project = project_copy(folder / "project")
             engine = replace(Engine.prepare(project, folder / "engine", plane.kubeconfig, settings),
                              automatic_log=automatic_log)
-            logging = replace(engine, automatic_log=True)
+            auto_logged = replace(engine, automatic_log=True)
             engine.init(STACK)
             for key, value in ((f"{PROJECT}:preflight", "false"), (f"{PROJECT}:charts.mirror", charts.url)):
                 engine.run("config", "set", "--path", key, value)
@@ -136,7 +136,7 @@ def measure(tenants: int, folder: Path, *, previews: bool = True, updates: bool 
                 results["pulumi preview (one tenant added)"], _ = timed(lambda: engine.preview(timeout=FLEET_SECONDS))
                 if not automatic_log:
                     results["pulumi preview (one tenant added, the CLI's automatic log on)"], _ = timed(
-                        lambda: logging.preview(timeout=FLEET_SECONDS))
+                        lambda: auto_logged.preview(timeout=FLEET_SECONDS))
                 results["gpuctl preview --base HEAD (one tenant added)"], _ = timed(
                     lambda: gpuctl("preview", "--base", "HEAD", "--format", "json", "--no-cache"))
             results["pulumi up (one tenant added)"], _ = timed(lambda: engine.up(policy_pack=None, timeout=FLEET_SECONDS))
@@ -150,7 +150,7 @@ def measure(tenants: int, folder: Path, *, previews: bool = True, updates: bool 
             if not automatic_log:
                 with_tenants(project, ["one-auto-logged"])
                 results["pulumi up (one more tenant, the CLI's automatic log on)"], _ = timed(
-                    lambda: logging.up(policy_pack=None, timeout=FLEET_SECONDS))
+                    lambda: auto_logged.up(policy_pack=None, timeout=FLEET_SECONDS))
                 deployed()
             with_tenants(project, ["another-one"])
             checkpoints = replace(engine, settings={key: value for key, value in engine.settings.items()

@@ -37,10 +37,10 @@ TAIL_LINES = 40
 # keeps whole (a ValidatingAdmissionPolicy's spec.matchConstraints, defaulted) conflicts with the killed update's
 # manager unless the apply is forced (pkg/await/await.go, patchForce: PULUMI_K8S_ENABLE_PATCH_FORCE).
 FLEET_SETTINGS = {"PULUMI_SKIP_CHECKPOINTS": "true", "PULUMI_K8S_ENABLE_PATCH_FORCE": "true"}
-# The CLI writes every verbose log line of every command, with the properties it names, compressed, to a file of its
-# own under PULUMI_HOME/logs (pulumi pkg/logging/encrypted.go, StartLogging; always on in the 3.260.0 built here, no
-# setting turns it off): at fleet size a quarter to a third of an update's time. Where that path is a regular file, the CLI cannot
-# create the folder and runs without it ("automatic logging unavailable": cmd/pulumi/pulumi.go).
+# The CLI writes every verbose log line of every command, with the properties it names, compressed and encrypted, to a
+# file of its own under PULUMI_HOME/logs (pulumi pkg/logging/encrypted.go, StartLogging; always on in the 3.260.0
+# built here, no setting turns it off): at fleet size a quarter of an update's time. Where that path is a regular
+# file, the CLI cannot create the folder and runs without it ("automatic logging unavailable": cmd/pulumi/pulumi.go).
 AUTOMATIC_LOG = "logs"
 # A new fleet's first update: everything but the tenants (`pulumi up` options), with the engine's checkpoints.
 PLATFORM_FIRST = ("--exclude", "**gpu-platform:index:TenantQuota**", "--exclude-dependents")
