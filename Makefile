@@ -30,7 +30,7 @@ e2e-tools:
 
 # Every core runs a test file at a time (a file's tests share their planes); the tests mostly wait on the servers.
 e2e: setup e2e-tools
-	$(BIN)/python -m pytest -q -n auto --dist loadfile e2e
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder e2e
 
 bench: setup
 	$(BIN)/python -m benchmarks.fleet

@@ -7,6 +7,7 @@ stack's manifests applied in dependency order with server-side apply, a server d
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,15 +24,18 @@ from e2e.stack import Stack
 from tests.conftest import ROOT
 
 CRDS = ROOT.parent / "shared" / "reference" / "crds"
-# The longest file first: `--dist loadfile` hands each worker the next file in collection order, so this one (two
-# stacks' whole lives under the engine, 20 minutes and more), collected late, ran alone for its last 20 minutes while
-# the other worker had nothing left.
+# The longest file first. `--dist loadfile` hands each worker the next file of its queue, and xdist's own queue puts
+# the files with the most tests first: this one, two stacks' whole lives under the engine (20 minutes and more), has
+# two tests, so it started last and ran alone for 20 minutes after the other worker had finished. `make e2e` keeps the
+# collection order (`--no-loadscope-reorder`), which this hook makes: this file, then the others by their number of
+# tests, as xdist would.
 LONGEST_FIRST = ("test_engine_lifecycle.py",)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Collection order with the longest files first (a stable sort: every other test keeps its place)."""
-    items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)
+    """The order files are handed out in: the longest first, then the most tests first; tests keep their order."""
+    tests = Counter(item.path for item in items)
+    items.sort(key=lambda item: (item.path.name not in LONGEST_FIRST, -tests[item.path]))
 # Stand-ins for what the cluster has before the stack: the RuntimeClasses the GPU Operator creates, and on OpenShift
 # the priority class OpenShift ships for user workloads.
 NVIDIA_RUNTIME_CLASSES = [{"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name},
