@@ -36,6 +36,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The order files are handed out in: the longest first, then the most tests first; tests keep their order."""
     tests = Counter(item.path for item in items)
     items.sort(key=lambda item: (item.path.name not in LONGEST_FIRST, -tests[item.path]))
+
+
 # Stand-ins for what the cluster has before the stack: the RuntimeClasses the GPU Operator creates, and on OpenShift
 # the priority class OpenShift ships for user workloads.
 NVIDIA_RUNTIME_CLASSES = [{"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name},

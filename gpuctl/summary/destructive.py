@@ -6,10 +6,10 @@ from typing import Any
 
 from components import labels
 from gpuctl.diff import NVIDIA_DRIVER, PROVIDER_REPLACED, PlanDiff, object_name, refused_by_the_engine
-from gpuctl.summary.model import (ASG, DRIFT, DRIFT_EVICTS, LOCAL_QUEUE, MACHINE_SET, NAMESPACE, NETWORK, POOL,
+from gpuctl.summary.model import (ASG, DRIFT, LOCAL_QUEUE, MACHINE_SET, NAMESPACE, NETWORK, POOL,
                                   POOL_DOWN, PROTECTED, RETIRED_NETWORK, RETIRED_POOL, RETIRED_TENANT, STRANDED,
                                   UNDRAINED, UNKNOWN, Destructive, KernelChange, PoolChange, TenantChange)
-from gpuctl.summary.pools import _recut_losses, drift_at_once
+from gpuctl.summary.pools import _recut_losses
 from gpuctl.summary.tenants import _networks
 
 
@@ -55,13 +55,6 @@ def _destructive(diff: PlanDiff, pools: list[PoolChange], tenants: list[TenantCh
                 and pool.after.roll.get("method") == "instance-refresh":
             items.append(Destructive(f"pool {pool.name} maximum {pool.before.max_nodes} -> {pool.after.max_nodes}",
                                      "any running nodes above the new maximum (AWS lowers the group's size to it)"))
-        elif pool.before and pool.after and pool.after.roll.get("method") == DRIFT and pool.drifts \
-                and min(pool.before.nodes, pool.after.nodes):
-            nodes = min(pool.before.nodes, pool.after.nodes)
-            at_once = drift_at_once(str(pool.after.roll.get("budget", "10%")), nodes)
-            items.append(Destructive(f"pool {pool.name} drift replacement",
-                                     f"running GPU jobs on its {nodes} node{'s' if nodes != 1 else ''}: {DRIFT_EVICTS}, "
-                                     f"{at_once} node{'s' if at_once != 1 else ''} at a time"))
         elif pool.before and pool.after and pool.after.nodes < pool.before.nodes and pool.size_applied:
             items.append(Destructive(f"pool {pool.name} nodes", f"{pool.before.nodes - pool.after.nodes} nodes, "
                                      f"{pool.before.gpus - pool.after.gpus} GPUs"))

@@ -333,6 +333,15 @@ def _driver_loss(name: str, step: Step, state: PoolState) -> list[Destructive]:
                         f"{at_once} node{'s' if at_once != 1 else ''} at a time")]
 
 
+def _drift_loss(name: str, before: PoolState, after: PoolState, at_once: int) -> list[Destructive]:
+    """Karpenter's drift replacement evicts the GPU jobs of every running node it replaces."""
+    nodes = min(before.nodes, after.nodes)
+    if not nodes:
+        return []
+    return [Destructive(f"pool {name} drift replacement",
+                        f"{_jobs(nodes)}: {DRIFT_EVICTS}, {at_once} node{'s' if at_once != 1 else ''} at a time")]
+
+
 def _profile_loss(name: str, before: PoolState, pace: str) -> list[Destructive]:
     """A node profile the Machine Config Operator applies reboots every node of the pool."""
     if not before.nodes:
@@ -399,6 +408,7 @@ def _pool_change(name: str, before: PoolState | None, after: PoolState | None, s
     elif method == DRIFT and _drifts(steps):
         phrase, at_once = _drift_phrase(before, after)
         phrases.append(phrase)
+        takes += _drift_loss(name, before, after, at_once)
         gpus_out = max(gpus_out or 0, at_once * after.gpus_per_node)
     elif template_changed and method == "machineset":
         running = "the 1 running node keeps its" if before.nodes == 1 else f"the {before.nodes} running nodes keep their"
