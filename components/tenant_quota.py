@@ -167,7 +167,11 @@ class TenantQuota(pulumi.ComponentResource):
             **{labels.DEDICATED_POOL_LABEL.format(pool=pool): "true" for pool in args.dedicated_pools},
         }, annotations={CLASSES_ANNOTATION: ",".join(sorted(name for name, count in args.devices.items() if count))}
             if args.devices else None), opts=pulumi.ResourceOptions.merge(child_options(self, opts), pulumi.ResourceOptions(protect=args.protect)))
-        child = child_options(self, opts, namespace)
+        # What is in the namespace waits for it alone: the namespace waits for everything the tenant waits for (the
+        # admission policies, priority classes, role), so they come first anyway, and the engine deletes dependents
+        # first through the namespace too. Each of the tenant's eight resources naming the platform's dozen
+        # resources itself cost every registration and the state a dozen URNs for nothing.
+        child = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
         # Removing a tenant in one change must stop the engine before it deletes anything of the tenant's: it
         # deletes dependents first, so what nothing depends on (limits, fence, binding) is protected with the
         # namespace, and the quotas, which come and go with the tenancy mode and priority tier, stay behind the

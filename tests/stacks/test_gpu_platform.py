@@ -190,10 +190,11 @@ def test_tenant_objects_wait_for_priority_classes_and_admission(stack: str, dev_
 
     for tenant in tenants:
         namespace = plan.object("Namespace", tenant)
-        quota = plan.object("ResourceQuota", "gpu-quota", tenant)
-        for resource in (namespace, quota):
-            assert all(depends(resource, other) for other in before), tenant
-        assert depends(quota, namespace)
+        assert all(depends(namespace, other) for other in before), tenant
+        # What is in the namespace waits for it, so for those too; it names the namespace alone.
+        for kind, name in (("ResourceQuota", "gpu-quota"), ("ResourceQuota", "compute-quota"),
+                           ("LimitRange", "default-limits"), ("NetworkPolicy", "tenant-fence")):
+            assert plan.object(kind, name, tenant)["dependencies"] == [namespace["urn"]], (tenant, kind)
 
 
 def test_every_child_has_a_parent_in_the_plan(dev_plan: Plan) -> None:
