@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,24 @@ def test_gpuctl_previews_a_new_stack_as_the_engine_does(applied: Applied, tmp_pa
     assert set(mine) == set(theirs), (sorted(set(mine) - set(theirs)), sorted(set(theirs) - set(mine)))
     assert {urn: op for urn, op in mine.items() if theirs[urn] != op} == {}
     assert set(theirs.values()) == {"create"} and len(theirs) == len(applied.stack.plan.resources)
+
+
+# A debug line the SDK logs at every registration (pulumi runtime/resource.py, register_resource.do_register).
+SDK_DEBUG_LINE = "resource registration successful"
+
+
+@pytest.mark.parametrize("applied", ["dev"], indirect=True)
+def test_the_program_sends_the_sdks_debug_lines_only_when_asked(applied: Applied, tmp_path: Path) -> None:
+    """The program registers without the SDK's debug lines (each one call to the engine): `pulumi preview --debug`
+    shows none of them, and shows them again with GPU_PLATFORM_SDK_DEBUG=true."""
+    missing = missing_tools()
+    if missing:
+        pytest.fail(f"{', '.join(missing)} not built: run `make e2e` (it builds them first)", pytrace=False)
+    engine = Engine.prepare(project_copy(tmp_path / "project"), tmp_path / "engine", applied.plane.kubeconfig)
+    engine.init(applied.stack.name, config={"gpu-platform:preflight": "false"})
+
+    lean = engine.run("preview", "--debug")
+    asked = replace(engine, settings={"GPU_PLATFORM_SDK_DEBUG": "true"}).run("preview", "--debug")
+
+    assert SDK_DEBUG_LINE not in lean.stdout + lean.stderr
+    assert (asked.stdout + asked.stderr).count(SDK_DEBUG_LINE) >= len(applied.stack.plan.resources)

@@ -15,12 +15,13 @@ from typing import Any
 import pulumi
 from google.protobuf import empty_pb2
 from pulumi.output import Unknown
-from pulumi.runtime import known_types, mocks, resource, rpc, settings
-from pulumi.runtime.proto import resource_pb2, source_pb2
+from pulumi.runtime import known_types, mocks, rpc, settings
+from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 from stacks.config import PROJECT
+from stacks.registration import no_debug_lines, no_stack_traces, replace_if_read
 from stacks.settle import settled
 
 SECRET = "[secret]"
@@ -217,16 +218,6 @@ def _settled(program: Callable[[], Any]) -> Callable[[], Any]:
     return run
 
 
-def _replace_if_read(module: Any, name: str, digest: str, replacement: Callable) -> bool:
-    """Set `module.name` to `replacement` if its source is the one whose SHA-256 is `digest`; True if replaced."""
-    current = getattr(module, name)
-    if current is not replacement:
-        if hashlib.sha256(inspect.getsource(current).encode()).hexdigest() != digest:
-            return False
-        setattr(module, name, replacement)
-    return True
-
-
 # SHA-256 of the source of the SDK's `rpc.contains_unknowns` that `acyclic_contains_unknowns` replaces.
 SDK_CONTAINS_UNKNOWNS = "1f1f335b6f48b96055607dbb5be2e53b1163e35ec88704c89a41271070017cc8"
 
@@ -259,34 +250,14 @@ def acyclic_contains_unknowns() -> bool:
     about 170 MB of peak memory. The replacement is made only where the SDK's source is the one read here (an
     upgrade keeps the SDK's own until this is looked at again; a test says so).
     """
-    return _replace_if_read(rpc, "contains_unknowns", SDK_CONTAINS_UNKNOWNS, _acyclic)
-
-
-# SHA-256 of the source of the SDK's `resource._get_stack_trace` that `no_stack_traces` replaces.
-SDK_GET_STACK_TRACE = "3943b2273016925109e1c3a7bc603db06a44ea09ff3494c29544e44bccf8dd1f"
-
-
-def _no_stack_trace() -> source_pb2.StackTrace:
-    return source_pb2.StackTrace()
-
-
-def no_stack_traces() -> bool:
-    """Replace the SDK's `resource._get_stack_trace` with an empty stack trace; True if replaced.
-
-    At every registration the SDK extracts the whole Python stack (`traceback.extract_stack`) and turns each frame
-    of the program's into a source position, a file URI, for the engine to show where a resource was declared. The
-    mock monitor records neither the trace nor the position, so a plan is the same without them, and their cost
-    grows with how deep in the program's calls a resource is declared: a tenant's quota, four calls under the
-    platform, costs more than a resource of a flat loop. At 10,000 resources it was a tenth of a render. The
-    replacement is made only where the SDK's source is the one read here (a test says so).
-    """
-    return _replace_if_read(resource, "_get_stack_trace", SDK_GET_STACK_TRACE, _no_stack_trace)
+    return replace_if_read(rpc, "contains_unknowns", SDK_CONTAINS_UNKNOWNS, _acyclic)
 
 
 def run_program(stack: str, config: dict[str, Any], secret_keys: list[str], program: Callable[[], Any]) -> dict:
     """Run `program` as stack `stack` with this config, under the mock runtime, and return the plan."""
     acyclic_contains_unknowns()
     no_stack_traces()
+    no_debug_lines()
     monitor = RecordingMonitor()
     # Without a root resource, set_mocks registers a throwaway root stack and sends its empty outputs
     # asynchronously; that stack has the real one's URN, so its outputs could land last and wipe the program's.

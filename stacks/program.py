@@ -13,6 +13,7 @@ from stacks.config import PROJECT, ClusterConfig, ConfigError, StackConfig, load
 from stacks.gpu_platform import GpuPlatform
 from stacks.part import Part
 from stacks.preflight import check_driver_images
+from stacks.registration import lean_registrations
 from stacks.settle import settled
 
 
@@ -102,6 +103,7 @@ def _refuse_provider_keys(cluster: ClusterConfig) -> None:
 
 def run() -> None:
     """Entry point under the Pulumi CLI: config, discovery and preflight errors become one-line run errors."""
+    lean_registrations()
     try:
         config = load_stack_config()
         if not config.cluster.discovery.enabled:
