@@ -17,7 +17,7 @@ The fleet's commands run as a fleet's deploy runs them, without the CLI's automa
 regular file: docs/deploying.md), and the test checks the CLI wrote none.
 
 Here, on onprem with 40 more tenants, against the real engine and API server: the platform's `up`, then the tenants'
-`up` killed once a third of their namespaces exist, `pulumi cancel` (the dead update's lock), `up` again, then no
+`up` killed once a third of their namespaces exist, before every tenant's members are bound, `pulumi cancel` (the dead update's lock), `up` again, then no
 change left to make and no object carrying the program's label in the cluster that the state does not hold.
 """
 
@@ -52,6 +52,12 @@ def kill_session(session: int) -> None:
 
 def tenant_namespaces(admin) -> set[str]:
     return {ns["metadata"]["name"] for ns in admin.list("v1", "Namespace")} & set(TENANTS)
+
+
+def members_bound(admin) -> set[str]:
+    """The tenants whose members' RoleBinding exists: the last of a tenant's objects, after its quotas are enforced."""
+    return {binding["metadata"]["namespace"] for binding in admin.list("rbac.authorization.k8s.io/v1", "RoleBinding")
+            if binding["metadata"]["name"] == f"{binding['metadata']['namespace']}-members"} & set(TENANTS)
 
 
 def stack_objects(state: dict[str, Any]) -> set[tuple[str, str, str, str]]:
@@ -108,8 +114,12 @@ def test_a_first_deploy_killed_midway_converges_on_the_next_up(tmp_path: Path) -
                 time.sleep(2)  # what its plugins had in flight lands, or not
             finally:
                 kill_session(update.pid)  # then its plugins (each in a process group of its own), as a runner would
-        created = tenant_namespaces(life.admin)
-        assert len(TENANTS) // 3 <= len(created) < len(TENANTS), f"killed after {len(created)} tenants"
+        # Midway: namespaces made, and not every tenant's members bound. The program registers a tenant's objects
+        # faster than this polls, so all 40 namespaces may already be there: they are the first of a tenant's objects,
+        # and the bindings, which wait for the quotas to be enforced, the last.
+        created, bound = tenant_namespaces(life.admin), members_bound(life.admin)
+        assert len(created) >= len(TENANTS) // 3, f"killed after {len(created)} tenants' namespaces"
+        assert len(bound) < len(TENANTS), "killed after every tenant's members were bound: not midway"
         assert stack_objects(engine.export()) == platform, "the killed update wrote state: it was not midway"
 
         # The killed update still holds the stack's lock (a file on this backend), which `pulumi cancel` removes.
@@ -123,7 +133,7 @@ def test_a_first_deploy_killed_midway_converges_on_the_next_up(tmp_path: Path) -
         life.nothing_left("after the killed update and the next one")
         state = engine.export()
         held = stack_objects(state)
-        assert tenant_namespaces(life.admin) == set(TENANTS)
+        assert tenant_namespaces(life.admin) == set(TENANTS) == members_bound(life.admin)
         left = cluster_objects(life.admin, {(api_version, kind) for api_version, kind, _, _ in held}) - held
         assert left == set(), f"objects of the program's the state does not hold: {sorted(left)}"
         releases = {(r["outputs"]["namespace"], r["outputs"]["name"]) for r in state["deployment"]["resources"]
