@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -46,6 +47,17 @@ def _die_with_parent() -> None:
 
 def missing_tools() -> list[str]:
     return [name for name in BINARIES if not os.access(BIN / name, os.X_OK)]
+
+
+# Each port is chosen free (free_port) and bound by its process seconds later, once etcd and the API server are up;
+# meanwhile an outgoing connection may draw it from the same ephemeral range (CI once: the controller manager's
+# "bind: address already in use", two workers' planes and engines busy). A start that loses a port so starts again.
+START_ATTEMPTS = 3
+PORT_TAKEN = "address already in use"
+
+
+class PortTaken(RuntimeError):
+    """A process of the plane could not bind the port chosen for it."""
 
 
 def free_port() -> int:
@@ -145,11 +157,19 @@ class ControlPlane:
     processes: list[Process] = field(default_factory=list)
 
     @classmethod
-    def start(cls, folder: Path, stages: tuple[str, ...] = KWOK_STAGES) -> ControlPlane:
-        """Start it in `folder`, kwok simulating `stages` (by default the ones kwokctl installs)."""
+    def start(cls, folder: Path, stages: tuple[str, ...] = KWOK_STAGES, attempts: int = START_ATTEMPTS) -> ControlPlane:
+        """Start it in `folder`, kwok simulating `stages` (by default the ones kwokctl installs); on new ports if a
+        process loses its port, up to `attempts` starts in all."""
         plane = cls(folder, stages)
         try:
             plane._start()
+        except PortTaken:
+            plane.stop()
+            if attempts <= 1:
+                raise
+            for made in ("pki", "etcd"):  # made again on the new ports
+                shutil.rmtree(folder / made, ignore_errors=True)
+            return cls.start(folder, stages, attempts - 1)
         except BaseException:
             plane.stop()
             raise
@@ -240,7 +260,9 @@ class ControlPlane:
         while True:
             for process in self.processes:
                 if process.popen.poll() is not None:
-                    raise RuntimeError(f"{process.name} exited ({process.popen.returncode}):\n{process.tail()}")
+                    tail = process.tail()
+                    raise (PortTaken if PORT_TAKEN in tail else RuntimeError)(
+                        f"{process.name} exited ({process.popen.returncode}):\n{tail}")
             try:
                 with urllib.request.urlopen(url, timeout=5, context=context) as response:
                     if ready(response.read()):
