@@ -24,7 +24,7 @@ from gpuctl.runtime import run_program
 from gpuctl.stackfile import StackFile
 from stacks.config import ConfigError, load_stack_config
 from fleet.kernels import KernelTarget, ObservedNode
-from stacks.part import Part
+from stacks.part import Selection
 from stacks.preflight import RegistryUnreachable, check_driver_images
 
 KUBERNETES_TYPE = re.compile(r"^kubernetes:(?P<group>[^:]+):(?P<kind>[^:]+)$")
@@ -37,18 +37,23 @@ KEY_LENGTH = 60
 
 def render_plan(stack_file: StackFile, observed: list[ObservedNode] | None = None, *,
                 online: bool = False, previous: list[KernelTarget] | None = None,
-                part: Part | None = None) -> dict[str, Any]:
+                part: Selection | None = None) -> dict[str, Any]:
     """Run the program for this stack; config errors surface as ConfigError before any resource registers.
 
     Online, a stack that enables discovery reads its GPU nodes live when no node list was given. Kernels of
     `previous` (an earlier revision's) keep their drivers unless a node inventory shows no node on them. With
-    `part`, only that part of the tenants registers (and everything else).
+    `part`, only those tenants register (and everything else). The plan's `tenantInputs` hold, for every tenant,
+    the digest of its inputs and the names of its components (`gpuctl preview` reuses a base's tenants by them).
     """
     from stacks.program import build  # the providers load only for commands that run the program
 
-    return run_program(stack_file.stack, stack_file.config, stack_file.secret_keys,
-                       lambda: build(load_stack_config(), observed, discover=online, previous=previous or (),
-                                     part=part))
+    built = []
+    plan = run_program(stack_file.stack, stack_file.config, stack_file.secret_keys,
+                       lambda: built.append(build(load_stack_config(), observed, discover=online,
+                                                  previous=previous or (), part=part)))
+    plan["tenantInputs"] = {inputs.name: {"digest": inputs.digest, "resources": inputs.roots}
+                            for inputs in built[0].tenant_inputs}
+    return plan
 
 
 def preflight(plan: dict[str, Any], offline: bool) -> str:
@@ -87,7 +92,8 @@ def stream_plan(plan: dict[str, Any], stream: TextIO) -> None:
                                                                     json.dumps(plan["stack"])))
     for index, resource in enumerate(plan["resources"]):
         stream.write(("," if index else "") + json.dumps(resource))
-    stream.write('], "outputs": %s}' % json.dumps(plan["outputs"]))
+    stream.write('], "outputs": %s, "tenantInputs": %s}' % (json.dumps(plan["outputs"]),
+                                                          json.dumps(plan["tenantInputs"])))
 
 
 def manifest_filename(manifest: dict[str, Any]) -> str:

@@ -39,7 +39,7 @@ from fleet.dra import OPERATOR_CLASSES, device_classes, tenant_devices
 from fleet.kernels import KernelInventory
 from stacks.allocation import device_shares, dra_pools
 from stacks.config import NodePoolConfig, StackConfig
-from stacks.part import Part
+from stacks.part import Selection, TenantInputs
 from stacks.tenancy import borrowable, ceilings, guarantees, node_shares
 from stacks.tuning import PoolTuning, node_profile, tenant_network_args
 
@@ -51,7 +51,7 @@ class GpuPlatform(pulumi.ComponentResource):
     kernel; monitoring after the operator; priority classes and the tenant admission policy -> tenants."""
 
     def __init__(self, name: str, config: StackConfig, inventory: KernelInventory,
-                 opts: pulumi.ResourceOptions | None = None, part: Part | None = None):
+                 opts: pulumi.ResourceOptions | None = None, part: Selection | None = None):
         super().__init__("gpu-platform:index:GpuPlatform", name, None, opts)
         cluster = config.cluster
         flavor = cluster.flavor
@@ -143,7 +143,6 @@ class GpuPlatform(pulumi.ComponentResource):
         gate = AdmissionGate("admission-gate", AdmissionGateArgs(probes, gate_image, openshift=openshift),
                              pulumi.ResourceOptions(parent=self, depends_on=[
                                  admission, network_admission, objects, *claims, *([kueue] if kueue else [])]))
-        tenants = part.tenants(config.tenants) if part else config.tenants  # those this process registers
         # Every kind the fleet advertises is capped in each tenant's quota (0 where not given): a quota caps only
         # the resources it names.
         kinds = sorted({labels.GPU_RESOURCE, *(kind for pool in config.node_pools for kind in pool.advertised_per_node)})
@@ -164,32 +163,32 @@ class GpuPlatform(pulumi.ComponentResource):
         # The fleet summary's devices per class: in queue mode the guarantee, which the capacity policy holds too.
         promised = {name: {plan.name: sum(pool.get(plan.quota_key, 0) for pool in share.values()) for plan in plans}
                     for name, share in queue_shares.items()} if queued and dra else devices
-        self.tenants = {
-            tenant.name: TenantQuota(f"tenant-{tenant.name}", TenantQuotaArgs(
+        # What each tenant's components are registered from; the part (gpuctl's) decides which tenants register.
+        after = (*priority_classes, role, admission, network_admission, objects, *claims, *([kueue] if kueue else []))
+        self.tenant_inputs = [TenantInputs(tenant.name, (
+            (f"tenant-{tenant.name}", TenantQuotaArgs(
                 name=tenant.name, quota=caps[tenant.name],
                 priority_class=tenant.priority_class, group=tenant.rbac_group,
                 cpu=tenant.cpu, memory=tenant.memory, pods=tenant.pods, scrapers=cluster.scrapers,
                 protect=not tenant.retired, kueue_managed=queued and openshift,
                 dedicated_pools=tuple(name for name, tenants in owners.items() if tenant.name in tenants),
                 members_after=(gate.ready,), devices=devices.get(tenant.name, {}),
-            ), pulumi.ResourceOptions(parent=self, depends_on=[*priority_classes, role, admission, network_admission,
-                                                               objects, *claims, *([kueue] if kueue else [])]))
-            for tenant in tenants
-        }
-        for tenant in tenants if queued else ():
-            TenantQueue(f"tenant-{tenant.name}-queue", TenantQueueArgs(
+            )),
+            *([(f"tenant-{tenant.name}-queue", TenantQueueArgs(
                 tenant=tenant.name, cohort=config.tenancy.cohort, nominal=queue_shares[tenant.name],
                 kinds=tuple(queue_kinds),
                 fleet_pools=tuple(self.pools),
                 borrowing_limit=tenant.queue.borrowing_limit, lending_limit=tenant.queue.lending_limit,
                 weight=tenant.queue.weight,
                 compute={"cpu": tenant.cpu, "memory": tenant.memory} if openshift else None,
-            ), pulumi.ResourceOptions(parent=self, depends_on=[self.tenants[tenant.name], kueue.installed]))
-        for tenant in tenants:
-            for network in tenant.networks:
-                TenantNetwork(f"tenant-{tenant.name}-network-{network.name}", tenant_network_args(tenant, network),
-                              pulumi.ResourceOptions(parent=self,
-                                                     depends_on=[self.tenants[tenant.name], network_admission]))
+            ))] if queued else []),
+            *((f"tenant-{tenant.name}-network-{network.name}", tenant_network_args(tenant, network))
+              for network in tenant.networks),
+        ), after) for tenant in config.tenants]
+        self.tenants = {}
+        for position, inputs in enumerate(self.tenant_inputs):
+            if part is None or part.registers(position, inputs):
+                self._tenant(inputs, kueue, network_admission)
 
         self.outputs = {
             "cluster": cluster.name,
@@ -228,6 +227,17 @@ class GpuPlatform(pulumi.ComponentResource):
         for name, entry in self.outputs["pools"].items():
             entry["profile"] = self.outputs["profiles"].get(name)
         self.register_outputs(self.outputs)
+
+    def _tenant(self, inputs: TenantInputs, kueue: Kueue | None, network_admission: pulumi.Resource) -> None:
+        """A tenant's namespace and quotas, then its queue and networks, which wait for them."""
+        (quota_name, quota_args), *others = inputs.components
+        quota = self.tenants[inputs.name] = TenantQuota(quota_name, quota_args, pulumi.ResourceOptions(
+            parent=self, depends_on=list(inputs.after)))
+        for name, args in others:
+            if isinstance(args, TenantQueueArgs):
+                TenantQueue(name, args, pulumi.ResourceOptions(parent=self, depends_on=[quota, kueue.installed]))
+            else:
+                TenantNetwork(name, args, pulumi.ResourceOptions(parent=self, depends_on=[quota, network_admission]))
 
     def _cluster_policy(self, config: StackConfig, namespace: str,
                         after_install: pulumi.ResourceOptions) -> pulumi.Resource:

@@ -11,14 +11,14 @@ import pulumi_kubernetes as k8s
 from fleet.kernels import KernelInventory, KernelTarget, ObservedNode
 from stacks.config import PROJECT, ClusterConfig, ConfigError, StackConfig, load_stack_config
 from stacks.gpu_platform import GpuPlatform
-from stacks.part import Part
+from stacks.part import Selection
 from stacks.preflight import check_driver_images
 from stacks.registration import lean_registrations
 from stacks.settle import settled
 
 
 def build(config: StackConfig, observed: Iterable[ObservedNode] | None = None, *, discover: bool = False,
-          preflight: bool = False, previous: Iterable[KernelTarget] = (), part: Part | None = None) -> GpuPlatform:
+          preflight: bool = False, previous: Iterable[KernelTarget] = (), part: Selection | None = None) -> GpuPlatform:
     """Compose the platform for a validated config and the nodes observed on the cluster, and export outputs.
 
     Args:
@@ -29,7 +29,7 @@ def build(config: StackConfig, observed: Iterable[ObservedNode] | None = None, *
             bring-your-own pools (stacks/byo_nodes.py).
         preflight: check every driver image exists before any resource is registered.
         previous: kernels that had a driver before this change; kept while no node inventory says otherwise.
-        part: register only this part of the tenants (and everything else); None, under the Pulumi CLI: all.
+        part: register only these tenants (and everything else); None, under the Pulumi CLI: all.
     """
     _refuse_provider_keys(config.cluster)
     if discover and config.cluster.discovery.enabled:

@@ -81,9 +81,15 @@ def test_plan_json_has_the_documented_shape(render_result) -> None:
     stack, _, out = render_result
     plan = load_plan(out)
 
-    assert set(plan) == {"project", "stack", "resources", "outputs"}
+    assert set(plan) == {"project", "stack", "resources", "outputs", "tenantInputs"}
     assert (plan["project"], plan["stack"]) == ("gpu-platform", stack)
     assert plan["resources"]
+    # Each tenant: the digest of its inputs and its components, the platform's children (gpuctl/reuse.py).
+    assert set(plan["tenantInputs"]) == set(plan["outputs"]["tenants"])
+    platform_children = {record["name"] for record in plan["resources"]
+                         if record["parent"] and record["parent"].endswith("::gpu-platform")}
+    for entry in plan["tenantInputs"].values():
+        assert len(entry["digest"]) == 64 and set(entry["resources"]) <= platform_children
     for resource in plan["resources"]:
         assert set(resource) >= {"urn", "type", "name", "custom", "parent", "dependencies", "inputs", "options"}
         assert resource["urn"].startswith(f"urn:pulumi:{stack}::gpu-platform::")
