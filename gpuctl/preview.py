@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import functools
 import io
@@ -14,7 +15,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from gpuctl import basecache, check, deployed, report, scratch, summary, upgrade
+from gpuctl import basecache, check, deployed, report, reuse, scratch, summary, upgrade
 from gpuctl import diff as plan_diff
 from gpuctl.children import Child, Group, wait_all
 from gpuctl.inputs import read_input
@@ -58,7 +59,9 @@ def render_both(args: argparse.Namespace, head: StackFile,
     deployed state holds, as the program does under the engine. With --jobs 2 or more the head renders in forks at
     the same time: its base kernels (which drivers to keep) read from the base's stack file, and, in the processes the base leaves free, in parts of
     the tenants (`head_parts`). When the base's plan says other kernels, or a part fails or the parts disagree,
-    the head renders again in this process, so the result is the same either way.
+    the head renders again in this process, so the result is the same either way. With the base's plan cached and
+    the base's code in the working tree, only the tenants whose inputs changed render again: the base's plan holds
+    the others as the head would register them (`gpuctl/reuse.py`).
     """
     commit = resolve(args.base)
     # With the deployed state, the kernels that had a driver at the last deploy: the head keeps their drivers as the
@@ -75,6 +78,8 @@ def render_both(args: argparse.Namespace, head: StackFile,
         base: list[Child] = []
         parts: list[Child] = []
         previous = _previous(old, deployed_kernels) if old is not None else None
+        if old is not None and (new := _from_base(old, head, observed, online, previous, commit, args)) is not None:
+            return old, new
         if old is None:
             _extract(commit, work / "tree")
             if args.stack_path and (work / "tree" / args.stack_path).is_file():
@@ -97,6 +102,25 @@ def render_both(args: argparse.Namespace, head: StackFile,
             sys.stderr.write(said)
             return old, new
         return old, render_plan(head, observed, online=online, previous=_previous(old, deployed_kernels))
+
+
+def _from_base(old: dict[str, Any], head: StackFile, observed: list[ObservedNode] | None, online: bool,
+               previous: list[KernelTarget], commit: str, args: argparse.Namespace) -> dict[str, Any] | None:
+    """The head's plan from the base's: with the base's code, only the tenants whose inputs changed render again
+    (`gpuctl/reuse.py`); None when that cannot be shown to give the whole render's plan."""
+    part = reuse.changed_tenants(old)
+    if part is None or not reuse.same_program(commit, args.stack_path):
+        return None
+    said = io.StringIO()  # what the render says is said once, by the render whose plan is used
+    try:
+        with contextlib.redirect_stderr(said):
+            new = reuse.splice(old, render_plan(head, observed, online=online, previous=previous, part=part))
+    except ConfigError:
+        sys.stderr.write(said.getvalue())
+        raise
+    if new is not None:
+        sys.stderr.write(said.getvalue())
+    return new
 
 
 def _previous(base: dict[str, Any], deployed_kernels: list[KernelTarget]) -> list[KernelTarget]:
@@ -186,7 +210,7 @@ def _head_plan(parts: list[Child], work: Path) -> tuple[dict[str, Any] | None, s
     first, *others = plans
     by_urn = {record["urn"]: record for record in first["resources"]}
     for plan in others:
-        if plan["outputs"] != first["outputs"]:
+        if plan["outputs"] != first["outputs"] or plan["tenantInputs"] != first["tenantInputs"]:
             return None, ""
         for record in plan["resources"]:
             if by_urn.setdefault(record["urn"], record) != record:

@@ -296,6 +296,16 @@ def forks_seen(process: subprocess.Popen) -> int:
     return most
 
 
+def watched(repo: Path, tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, int]:
+    """`gpuctl preview ARGS`, and the most of its forks seen at once."""
+    with open(tmp_path / "out", "w+") as stdout, open(tmp_path / "err", "w+") as stderr:  # pipes could fill
+        process = subprocess.Popen([sys.executable, "-m", "gpuctl", "preview", *args], cwd=repo, stdout=stdout,
+                                   stderr=stderr)
+        forks = forks_seen(process)
+    return subprocess.CompletedProcess(process.args, process.returncode, (tmp_path / "out").read_text(),
+                                       (tmp_path / "err").read_text()), forks
+
+
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="watches the preview's children through /proc")
 def test_a_head_rendered_in_parts_previews_as_one_render(tmp_path, base_plan_cache):
     """Tenants (quotas, queues, networks) spread over parts, each part registering the rest again: the preview
@@ -321,16 +331,16 @@ def test_a_head_rendered_in_parts_previews_as_one_render(tmp_path, base_plan_cac
     serial = preview(repo, *command, "--jobs", "1", "--no-cache")
     assert "kernel 5.15.0-119-generic" in serial.stderr and "newcomer" in serial.stdout
     cold = preview(repo, *command, "--jobs", "3")  # the base, and the head in two parts
-    with open(tmp_path / "out", "w+") as stdout, open(tmp_path / "err", "w+") as stderr:  # pipes could fill
-        warm = subprocess.Popen([sys.executable, "-m", "gpuctl", "preview", *command, "--jobs", "2"], cwd=repo,
-                                stdout=stdout, stderr=stderr)
-        forks = forks_seen(warm)
-    warm_run = subprocess.CompletedProcess(warm.args, warm.returncode, (tmp_path / "out").read_text(),
-                                           (tmp_path / "err").read_text())
+    # The base cached and the code the base's: the head renders in gpuctl itself, the changed tenants only.
+    reused, reused_forks = watched(repo, tmp_path, *command, "--jobs", "2")
+    program = repo / "stacks" / "part.py"
+    program.write_text(program.read_text() + "\n# changed: the head renders whole, in parts\n")
+    warm, forks = watched(repo, tmp_path, *command, "--jobs", "2")
 
+    assert reused_forks == 0
     assert forks == 2, "the cached base left both processes to the head, in two parts"
     assert serial.stderr.count("kernel 5.15.0-119-generic") == 1
-    for run in (cold, warm_run):
+    for run in (cold, reused, warm):
         assert (run.returncode, run.stdout, run.stderr) == (serial.returncode, serial.stdout, serial.stderr)
 
     tenants[-1]["networks"] = tenants[0]["networks"]  # two tenants on one interface: every part refuses it
