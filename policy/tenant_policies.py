@@ -44,16 +44,19 @@ def tenant_pod_security(args: ResourceValidationArgs, report: ReportViolation) -
 
 
 def _excessive_grant(role_ref: Mapping[str, Any], namespace: str | None,
-                     roles: Mapping[tuple[str, str | None, str], Mapping[str, Any]]) -> str | None:
-    """What is wrong with the role a binding grants: cluster-admin, or a role in the stack with '*' rules."""
+                     roles: Mapping[tuple[str, str | None, str], Mapping[str, Any]],
+                     verdicts: dict[tuple[Any, ...], str | None]) -> str | None:
+    """What is wrong with the role a binding grants: cluster-admin, or a role in the stack with '*' rules. Each
+    role's rules are read once (`verdicts`): a thousand tenants' bindings grant the same ClusterRole."""
     ref_kind, name = role_ref.get("kind"), role_ref.get("name")
-    if ref_kind == "ClusterRole" and name == CLUSTER_ADMIN:
-        return CLUSTER_ADMIN
-    role = roles.get((ref_kind, namespace if ref_kind == "Role" else None, name))
-    if role is not None and any("*" in items(rule.get("verbs")) or "*" in items(rule.get("resources"))
-                                for rule in items(role.get("rules"))):
-        return f"{ref_kind} {name}, whose rules use '*'"
-    return None
+    key = (ref_kind, namespace if ref_kind == "Role" else None, name)
+    if key not in verdicts:
+        role = roles.get(key)
+        verdicts[key] = CLUSTER_ADMIN if ref_kind == "ClusterRole" and name == CLUSTER_ADMIN else \
+            f"{ref_kind} {name}, whose rules use '*'" if role is not None and any(
+                "*" in items(rule.get("verbs")) or "*" in items(rule.get("resources"))
+                for rule in items(role.get("rules"))) else None
+    return verdicts[key]
 
 
 def tenant_rbac(args: StackValidationArgs, report: ReportViolation) -> None:
@@ -61,21 +64,21 @@ def tenant_rbac(args: StackValidationArgs, report: ReportViolation) -> None:
     found = index(args.resources)
     roles = {(kind(r.resource_type), dig(r.props, "metadata", "namespace"), dig(r.props, "metadata", "name")): r.props
              for r in found.selected(is_role)}
-    tenant_groups = set()
+    tenant_groups, verdicts = set(), {}
     for binding in found.of_kind("RoleBinding"):
         namespace = dig(binding.props, "metadata", "namespace")
         if namespace not in tenants:
             continue
         tenant_groups |= {(s.get("kind"), s.get("name")) for s in items(binding.props.get("subjects"))
                           if s.get("kind") != "ServiceAccount"}
-        grant = _excessive_grant(binding.props.get("roleRef") or {}, namespace, roles)
+        grant = _excessive_grant(binding.props.get("roleRef") or {}, namespace, roles, verdicts)
         if grant:
             report(f"{describe(binding.resource_type, binding.props)} grants tenant {namespace} {grant}; bind a "
                    "narrower role such as the platform's gpu-platform-tenant ClusterRole", binding.urn)
     for binding in found.of_kind("ClusterRoleBinding"):
         subjects = [s for s in items(binding.props.get("subjects"))
                     if (s.get("kind"), s.get("name")) in tenant_groups or s.get("namespace") in tenants]
-        grant = _excessive_grant(binding.props.get("roleRef") or {}, None, roles) if subjects else None
+        grant = _excessive_grant(binding.props.get("roleRef") or {}, None, roles, verdicts) if subjects else None
         if grant:
             names = ", ".join(f"{s.get('kind')} {s.get('name')}" for s in subjects)
             report(f"{describe(binding.resource_type, binding.props)} grants tenant subjects ({names}) {grant} across "
