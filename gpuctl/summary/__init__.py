@@ -15,14 +15,15 @@ from gpuctl.summary.allocation import device_classes, mode_switch
 from gpuctl.summary.capacity import _other_kinds, _quota
 from gpuctl.summary.destructive import _destructive, _engine_notes, _retirements, _unknowns
 from gpuctl.summary.kernels import _downgrades, _kernels
-from gpuctl.summary.model import (DRIFT, SKIPPED, VERIFIED, Capacity, Destructive, FleetSummary, KernelChange,
-                                  PoolChange, PoolState)
+from gpuctl.summary.model import (DRIFT, MISSING, NOT_VERIFIED, SKIPPED, VERIFIED, Capacity, Destructive,
+                                  FleetSummary, KernelChange, PoolChange, PoolState)
 from gpuctl.summary.plans import _outputs, pool_states
 from gpuctl.summary.pools import _driver_steps, _pool_change, _pool_steps
 from gpuctl.summary.tenants import _tenants
 from gpuctl.upgrade import release_stages
 
-__all__ = ["DRIFT", "SKIPPED", "VERIFIED", "FleetSummary", "KernelChange", "PoolChange", "PoolState", "summarize"]
+__all__ = ["DRIFT", "MISSING", "NOT_VERIFIED", "SKIPPED", "VERIFIED", "FleetSummary", "KernelChange", "PoolChange",
+           "PoolState", "summarize"]
 
 
 def summarize(old: dict[str, Any], new: dict[str, Any], diff: PlanDiff, *,

@@ -16,8 +16,10 @@ import pytest
 import yaml
 
 from benchmarks.preview import committed_project
+from gpuctl import preview as preview_module
 from gpuctl.preview import TENANTS_PER_PART, head_parts
 from gpuctl.stackfile import StackFile
+from stacks.preflight import PreflightError, RegistryUnreachable
 from tests.conftest import ROOT
 
 OLD_KERNEL = "6.8.0-1021-aws"  # prod: l4-inference and a10g-batch boot it
@@ -655,3 +657,24 @@ def test_an_openshift_release_that_skips_a_minor_is_refused_in_one_line(edit_dev
     assert result.returncode == 2 and result.stdout == "", result.stderr
     [line] = result.stderr.splitlines()
     assert line.startswith("error: gpu-platform:cluster.release: 4.18.24 -> 4.20.8 skips 4.19")
+
+
+@pytest.mark.parametrize(("raised", "expected"), [
+    (RegistryUnreachable("nvcr.io could not be reached"), {"not verified"}),
+    (PreflightError("an image is missing", missing=frozenset({"first"})), {"missing", "verified"}),
+])
+def test_a_registry_that_fails_the_preflight_is_reported_per_image(prod_plan, monkeypatch, raised, expected) -> None:
+    """Online, the preflight's verdict reaches each image of the review: unreachable is not verified, a missing image
+    is missing and the others found; the command goes on to show the review (exit 2 comes after it)."""
+    images = sorted(set(prod_plan.outputs["driverImages"].values()))
+    if raised.missing:
+        raised.missing = frozenset({images[0]})
+
+    def check(_images) -> None:
+        raise raised
+
+    monkeypatch.setattr(preview_module, "check_driver_images", check)
+    line, statuses, error = preview_module.preflight_images(prod_plan.document, offline=False)
+
+    assert set(statuses) == set(images) and set(statuses.values()) == expected
+    assert (error is None) == isinstance(raised, RegistryUnreachable) and str(raised) in line
