@@ -53,6 +53,13 @@ def check_folder() -> None:
                           "gpuctl runs in (the checkout); set an absolute path, or pass --no-cache")
 
 
+def read_by_render(name: str, stack: str) -> bool:
+    """Whether a render of `stack` reads the checkout's top-level entry `name`: not docs, tests or CI files, top-level
+    Markdown, or other stacks' files."""
+    return not (name in UNREAD or name.endswith(".md") or (name.startswith("Pulumi.") and name.endswith(".yaml")
+                                                           and name not in ("Pulumi.yaml", f"Pulumi.{stack}.yaml")))
+
+
 def key(tree_entries: str, stack: str, observed: bytes | None, stack_file: str | None = None) -> str:
     """The entry's key: the base tree's entries a render reads (git object ids: content hashes, so the stack file,
     the code and the lock file are all in them), the stack and its file's path (`--config-file`), the node
@@ -61,8 +68,7 @@ def key(tree_entries: str, stack: str, observed: bytes | None, stack_file: str |
     digest = hashlib.sha256(FORMAT.encode())
     for line in sorted(tree_entries.splitlines()):
         name = line.split("\t", 1)[-1]
-        if name in UNREAD or name.endswith(".md") or (name.startswith("Pulumi.") and name.endswith(".yaml")
-                                                      and name not in ("Pulumi.yaml", f"Pulumi.{stack}.yaml")):
+        if not read_by_render(name, stack):
             continue
         digest.update(line.encode() + b"\n")
     digest.update(f"\0stack={stack}\0file={stack_file}\0python={sys.version}\0".encode())

@@ -109,7 +109,7 @@ def _from_base(old: dict[str, Any], head: StackFile, observed: list[ObservedNode
     """The head's plan from the base's: with the base's code, only the tenants whose inputs changed render again
     (`gpuctl/reuse.py`); None when that cannot be shown to give the whole render's plan."""
     part = reuse.changed_tenants(old)
-    if part is None or not reuse.same_program(commit, args.stack_path):
+    if part is None or not reuse.same_program(commit, args.stack, args.stack_path):
         return None
     said = io.StringIO()  # what the render says is said once, by the render whose plan is used
     try:

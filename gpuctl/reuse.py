@@ -15,23 +15,24 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from gpuctl.basecache import UNREAD
+from gpuctl.basecache import read_by_render
 from gpuctl.cli import ROOT
 from stacks.part import Changed
 
 PLATFORM_TYPE = "gpu-platform:index:GpuPlatform"
 
 
-def same_program(commit: str, stack_path: str | None, root: Path = ROOT) -> bool:
-    """Whether every file a render reads is in the working tree at `root` as it is at `commit` (what no render reads,
-    and the stacks' own files, aside), with no file added."""
-    paths = ["--", ".", *(f":(exclude,top){name}" for name in sorted(UNREAD)), ":(exclude,top,glob)*.md",
-             ":(exclude,top,glob)Pulumi.*.yaml", *([f":(exclude,top,literal){stack_path}"] if stack_path else [])]
-    changed = subprocess.run(["git", "diff", "--quiet", "--no-ext-diff", commit, *paths], cwd=root,
-                             capture_output=True)
-    added = subprocess.run(["git", "ls-files", "--others", "--exclude-standard", *paths], cwd=root,
-                           capture_output=True)
-    return changed.returncode == 0 and added.returncode == 0 and not added.stdout.strip()
+def same_program(commit: str, stack: str, stack_path: str | None, root: Path = ROOT) -> bool:
+    """Whether every file a render of `stack` reads (`basecache.read_by_render`) is in the working tree at `root` as
+    it is at `commit`, the stack's own file aside (its content reaches the program as config), with no file added."""
+    changed = subprocess.run(["git", "diff", "--name-only", "-z", "--no-ext-diff", commit, "--"], cwd=root,
+                             capture_output=True, text=True)
+    added = subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "-z"], cwd=root,
+                           capture_output=True, text=True)
+    if changed.returncode != 0 or added.returncode != 0:
+        return False
+    return not [path for path in (changed.stdout + added.stdout).split("\0")
+                if path and path != stack_path and read_by_render(path.split("/", 1)[0], stack)]
 
 
 def changed_tenants(base: dict[str, Any]) -> Changed | None:

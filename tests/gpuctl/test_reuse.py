@@ -156,14 +156,14 @@ def test_the_program_is_the_bases_only_while_no_file_a_render_reads_changes(tmp_
         original = (repo / path).read_text() if (repo / path).exists() else None
         (repo / path).write_text((original or "") + text)
         try:
-            return same_program(commit, "Pulumi.dev.yaml", repo)
+            return same_program(commit, "dev", "Pulumi.dev.yaml", repo)
         finally:
             if original is None:
                 (repo / path).unlink()
             else:
                 (repo / path).write_text(original)
 
-    assert same_program(commit, "Pulumi.dev.yaml", repo)
+    assert same_program(commit, "dev", "Pulumi.dev.yaml", repo)
     assert after("Pulumi.dev.yaml", "\n") and after("Pulumi.prod.yaml", "\n") and after("README.md", "\n")
     assert after("docs/gpuctl.md", "\n") and after("tests/conftest.py", "\n")
     assert not after("components/tenant_quota.py", "\n# a comment is a change too\n")
