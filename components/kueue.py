@@ -12,7 +12,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from components import labels
+from components import kinds, labels
 from components.admission import ONE_SHARE_PER_CONTAINER, VARIABLES
 from components.manifests import child_options, helm_release, metadata
 from components.olm import INSTALL_TIMEOUT_SECONDS, OlmOperator, OlmOperatorArgs
@@ -441,11 +441,8 @@ class TenantQueue(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: TenantQueueArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:TenantQueue", name, None, opts)
-        cluster_queue = k8s.apiextensions.CustomResource(
-            f"{name}-cluster-queue", api_version=labels.KUEUE_API_VERSION, kind="ClusterQueue",
-            metadata=metadata(args.tenant), spec=cluster_queue_spec(args), opts=child_options(self, opts))
-        k8s.apiextensions.CustomResource(
-            f"{name}-local-queue", api_version=labels.KUEUE_API_VERSION, kind="LocalQueue",
-            metadata=metadata(labels.TENANT_QUEUE, args.tenant), spec={"clusterQueue": args.tenant},
-            opts=child_options(self, opts, cluster_queue))
+        cluster_queue = kinds.CLUSTER_QUEUE(f"{name}-cluster-queue", child_options(self, opts),
+                                            metadata=metadata(args.tenant), spec=cluster_queue_spec(args))
+        kinds.LOCAL_QUEUE(f"{name}-local-queue", child_options(self, opts, cluster_queue),
+                          metadata=metadata(labels.TENANT_QUEUE, args.tenant), spec={"clusterQueue": args.tenant})
         self.register_outputs({"clusterQueue": args.tenant, "localQueue": labels.TENANT_QUEUE})

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import labels
+from components import kinds, labels
 from components.dra_admission import CLASSES_ANNOTATION
 from components.manifests import child_options, metadata
 from fleet.dra import quota_key
@@ -119,7 +119,7 @@ QUOTA_SPEC_DIGEST = "gpu-platform.io/quota-spec"
 
 
 def quota(name: str, quota_name: str, namespace: str, spec: dict, opts: pulumi.ResourceOptions) -> \
-        k8s.core.v1.ResourceQuota:
+        pulumi.CustomResource:
     """A ResourceQuota that `pulumi up` holds until the quota controller enforces this very spec.
 
     The API server's quota admission enforces only what a quota's status lists, and the controller manager fills
@@ -135,9 +135,9 @@ def quota(name: str, quota_name: str, namespace: str, spec: dict, opts: pulumi.R
     # ReadyCondition).
     conditions = [f"jsonpath={{.metadata.annotations['{QUOTA_SPEC_DIGEST}']}}={digest}",
                   *(f"jsonpath={{.status.hard['{key}']}}={value}" for key, value in sorted(spec["hard"].items()))]
-    return k8s.core.v1.ResourceQuota(name, metadata=metadata(quota_name, namespace, annotations={
+    return kinds.RESOURCE_QUOTA(name, opts, metadata=metadata(quota_name, namespace, annotations={
         QUOTA_SPEC_DIGEST: digest, labels.WAIT_FOR: json.dumps(conditions),
-        labels.TIMEOUT_SECONDS: str(QUOTA_WAIT_SECONDS)}), spec=spec, opts=opts)
+        labels.TIMEOUT_SECONDS: str(QUOTA_WAIT_SECONDS)}), spec=spec)
 
 
 class TenantQuota(pulumi.ComponentResource):
@@ -151,13 +151,15 @@ class TenantQuota(pulumi.ComponentResource):
 
     namespace: str
     gpus: int
-    members: k8s.rbac.v1.RoleBinding
+    members: pulumi.CustomResource
 
     def __init__(self, name: str, args: TenantQuotaArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:TenantQuota", name, None, opts)
         self.namespace, self.gpus = args.name, args.gpus
         tenant = {labels.TENANT_LABEL: args.name}
-        namespace = k8s.core.v1.Namespace(f"{name}-namespace", metadata=metadata(args.name, extra_labels={
+        protected = pulumi.ResourceOptions(protect=args.protect)
+        namespace = kinds.NAMESPACE(f"{name}-namespace", pulumi.ResourceOptions.merge(
+            child_options(self, opts), protected), metadata=metadata(args.name, extra_labels={
             **tenant,
             labels.TENANT_PRIORITY_LABEL: args.priority_class,
             "pod-security.kubernetes.io/enforce": args.pod_security,
@@ -166,7 +168,7 @@ class TenantQuota(pulumi.ComponentResource):
             **({labels.KUEUE_MANAGED_LABEL: "true"} if args.kueue_managed else {}),
             **{labels.DEDICATED_POOL_LABEL.format(pool=pool): "true" for pool in args.dedicated_pools},
         }, annotations={CLASSES_ANNOTATION: ",".join(sorted(name for name, count in args.devices.items() if count))}
-            if args.devices else None), opts=pulumi.ResourceOptions.merge(child_options(self, opts), pulumi.ResourceOptions(protect=args.protect)))
+            if args.devices else None))
         # What is in the namespace waits for it alone: the namespace waits for everything the tenant waits for (the
         # admission policies, priority classes, role), so they come first anyway, and the engine deletes dependents
         # first through the namespace too. Each of the tenant's eight resources naming the platform's dozen
@@ -176,7 +178,7 @@ class TenantQuota(pulumi.ComponentResource):
         # deletes dependents first, so what nothing depends on (limits, fence, binding) is protected with the
         # namespace, and the quotas, which come and go with the tenancy mode and priority tier, stay behind the
         # binding that depends on them.
-        kept = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=args.protect))
+        kept = pulumi.ResourceOptions.merge(child, protected)
         quotas = [quota(f"{name}-gpu-quota", "gpu-quota", args.name, {
             "hard": {**{f"requests.{kind}": str(amount) for kind, amount in sorted(args.quota.items())},
                      **{quota_key(name): str(amount) for name, amount in sorted(args.devices.items())}}}, child)]
@@ -195,15 +197,15 @@ class TenantQuota(pulumi.ComponentResource):
             }, child))
         # No nvidia.com/gpu here: a Container limit range defaults its entries onto every container, and a GPU
         # request on a CPU pod would consume quota or, through ExtendedResourceToleration, let it onto GPU nodes.
-        k8s.core.v1.LimitRange(f"{name}-limits", metadata=metadata("default-limits", args.name), spec={"limits": [{
+        kinds.LIMIT_RANGE(f"{name}-limits", kept, metadata=metadata("default-limits", args.name), spec={"limits": [{
             "type": "Container",
             "default": {"cpu": "1", "memory": "2Gi"},
             "defaultRequest": {"cpu": "250m", "memory": "512Mi"},
             "max": {"cpu": args.cpu, "memory": args.memory},
-        }]}, opts=kept)
+        }]})
         # Ingress only from the namespace and the monitoring namespaces; egress anywhere but the instance metadata
         # service (policies add up, and tenants may not add one, so nothing reopens either).
-        k8s.networking.v1.NetworkPolicy(f"{name}-fence", metadata=metadata("tenant-fence", args.name), spec={
+        kinds.NETWORK_POLICY(f"{name}-fence", kept, metadata=metadata("tenant-fence", args.name), spec={
             "podSelector": {},
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [{"from": [
@@ -216,13 +218,13 @@ class TenantQuota(pulumi.ComponentResource):
                 *({"ipBlock": {"cidr": cidr, "except": [metadata_service]}}
                   for cidr, metadata_service in labels.METADATA_SERVICE_CIDRS.items()),
             ]}],
-        }, opts=kept)
+        })
         # Members get in only once every quota is enforced (see quota), and the admission policies (the stack's
         # admission gate, `members_after`).
-        self.members = k8s.rbac.v1.RoleBinding(
-            f"{name}-members", metadata=metadata(f"{args.name}-members", args.name), subjects=[
+        self.members = kinds.ROLE_BINDING(
+            f"{name}-members", pulumi.ResourceOptions.merge(kept, pulumi.ResourceOptions(
+                depends_on=[*quotas, *args.members_after])),
+            metadata=metadata(f"{args.name}-members", args.name), subjects=[
                 {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": args.group}],
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": args.role},
-            opts=pulumi.ResourceOptions.merge(kept, pulumi.ResourceOptions(
-                depends_on=[*quotas, *args.members_after])))
+            roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": args.role})
         self.register_outputs({"namespace": self.namespace, "gpus": self.gpus})
