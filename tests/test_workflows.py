@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from e2e.engine import FLEET_SETTINGS
 from tests.conftest import render_stack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -280,13 +281,11 @@ def test_deploy_previews_with_preflight_before_up_with_the_policy_pack(deploy, s
 def test_deploy_writes_the_state_once_only_where_every_create_upserts(deploy, aws_stacks):
     """Stacks of Kubernetes objects only update without the engine's per-step checkpoints, with forced applies
     (docs/deploying.md): after a killed update, the next one's creates take over what it made. AWS resources do not
-    upsert, so stacks with them keep the checkpoints."""
+    upsert, so stacks with them keep the checkpoints. The fleet's `up` runs as the e2e tests run it."""
     for stack, (_, job) in deploy_jobs(deploy).items():
         (up,) = pulumi_steps(job, "up")
-        settings = {key: up.get("env", {}).get(key) for key in ("PULUMI_SKIP_CHECKPOINTS",
-                                                                 "PULUMI_K8S_ENABLE_PATCH_FORCE")}
-        expected = None if stack in aws_stacks else "true"
-        assert settings == dict.fromkeys(settings, expected), stack
+        settings = {key: up.get("env", {}).get(key) for key in FLEET_SETTINGS}
+        assert settings == (dict.fromkeys(FLEET_SETTINGS) if stack in aws_stacks else FLEET_SETTINGS), stack
 
 
 def test_fleet_deploys_run_the_cli_without_its_automatic_log(deploy, aws_stacks):
