@@ -3,12 +3,12 @@
 A typed class (`k8s.core.v1.ResourceQuota`) carries its arguments through the provider's input types and declares
 its output properties; at every answer from the engine the SDK then turns the whole live object back into the
 provider's output types (`rpc.resolve_outputs`, `translate_output_properties`). The program never reads a tenant
-object's outputs, and at a thousand tenants that work was most of the program's time under the engine. A `Kind`
-registers the object as a plain dict through `pulumi.CustomResource`, with what the typed class adds to the request
-(its type token, the provider's version and its aliases: each class's `_internal_init` in pulumi-kubernetes 4.25.0;
-for a custom object, `apiextensions.CustomResource`'s),
-so the engine receives the same RegisterResource request; tests/components/test_kinds.py compares the two for each
-kind, so a provider upgrade that changes a class fails there.
+object's outputs, and at a thousand tenants that work was a large share of the program's time under the engine.
+A `Kind` registers the object as a plain dict through `pulumi.CustomResource`, with what the typed class adds to the
+request (its type token, the provider's version and its aliases: each class's `_internal_init` in pulumi-kubernetes
+4.25.0; for a custom object, `apiextensions.CustomResource`'s), so the engine receives the same RegisterResource
+request; tests/components/test_kinds.py compares the two for each kind, so a provider upgrade that changes a class
+fails there.
 """
 
 from __future__ import annotations
