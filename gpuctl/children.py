@@ -92,8 +92,10 @@ class Group:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for child in self.children:
-            child.kill()
+        # Shielded: a signal that arrives while they are stopped takes effect once every one is killed and reaped.
+        with interrupts.shielded():
+            for child in self.children:
+                child.kill()
 
     def command(self, argv: Sequence[str], cwd: Path, stderr: Path) -> Child:
         """Run `argv` in `cwd`, its output to `stderr` (a file: two children writing pipes nobody reads could

@@ -67,3 +67,24 @@ def test_a_signal_as_a_child_starts_still_stops_the_child(tmp_path, signal_as_a_
     assert ended.value.code == 128 + signal.SIGTERM
     assert [child.returncode for child in group.children] == [-signal.SIGKILL]
     assert not _alive(group.children[0].pid)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the child's state through /proc")
+def test_a_signal_while_the_children_are_stopped_waits_until_each_is_reaped(monkeypatch):
+    real_kill = children.os.kill
+
+    def kill(pid: int, signum: int) -> None:
+        real_kill(os.getpid(), signal.SIGTERM)  # gpuctl is told to stop just as it stops the child
+        real_kill(pid, signum)
+    interrupts.install()
+    try:
+        group = Group()
+        with pytest.raises(SystemExit) as ended:
+            with group:
+                group.fork(lambda: signal.pause() or 0)
+                monkeypatch.setattr(children.os, "kill", kill)
+    finally:
+        interrupts.settle()
+    assert ended.value.code == 128 + signal.SIGTERM
+    assert [child.returncode for child in group.children] == [-signal.SIGKILL]
+    assert not _alive(group.children[0].pid)
