@@ -8,7 +8,8 @@ A `Kind` registers the object as a plain dict through `pulumi.CustomResource`, w
 request (its type token, the provider's version and its aliases: each class's `_internal_init` in pulumi-kubernetes
 4.25.0; for a custom object, `apiextensions.CustomResource`'s), so the engine receives the same RegisterResource
 request; tests/components/test_kinds.py compares the two for each kind, so a provider upgrade that changes a class
-fails there.
+fails there. The engine's answer still gives each object its URN and ID; its other outputs are not kept
+(`KindObject`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ from components import labels
 # get_resource_opts_defaults): the provider version this SDK was generated for.
 PROVIDER_DEFAULTS = pulumi.ResourceOptions(version=k8s._utilities.get_version(),
                                            plugin_download_url=k8s._utilities.get_plugin_download_url())
+
+
+class KindObject(pulumi.CustomResource):
+    """An object a `Kind` registered. Only its URN and ID are read (parents, dependencies), so where
+    stacks/registration.py's `unread_outputs` applies it keeps no other output: reading one is an AttributeError."""
+
+    outputs_read = False
 
 
 @dataclass(frozen=True)
@@ -46,12 +54,11 @@ class Kind:
         group_version = self.api_version if "/" in self.api_version else f"core/{self.api_version}"
         return f"kubernetes:{group_version}:{self.kind}"
 
-    def __call__(self, name: str, opts: pulumi.ResourceOptions, **fields: Any) -> pulumi.CustomResource:
+    def __call__(self, name: str, opts: pulumi.ResourceOptions, **fields: Any) -> KindObject:
         """Register the object `fields` (its top-level fields as the API names them, `roleRef` not `role_ref`)."""
         options = pulumi.ResourceOptions.merge(pulumi.ResourceOptions.merge(PROVIDER_DEFAULTS, opts),
                                                self._alias_options)
-        return pulumi.CustomResource(self.token, name, {"apiVersion": self.api_version, "kind": self.kind, **fields},
-                                     options)
+        return KindObject(self.token, name, {"apiVersion": self.api_version, "kind": self.kind, **fields}, options)
 
 
 NAMESPACE = Kind("v1", "Namespace")

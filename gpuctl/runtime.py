@@ -21,7 +21,7 @@ from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 from stacks.config import PROJECT
-from stacks.registration import no_debug_lines, no_stack_traces, replace_if_read
+from stacks.registration import no_debug_lines, no_stack_traces, replace_if_read, unread_outputs
 from stacks.settle import settled
 
 SECRET = "[secret]"
@@ -258,6 +258,9 @@ def run_program(stack: str, config: dict[str, Any], secret_keys: list[str], prog
     acyclic_contains_unknowns()
     no_stack_traces()
     no_debug_lines()
+    unread_outputs()
+    settings.SETTINGS.rpc_manager.clear()  # what a failed earlier run left, cleared as `pulumi.runtime.test` clears it
+    settings.SETTINGS.outputs.clear()
     monitor = RecordingMonitor()
     # Without a root resource, set_mocks registers a throwaway root stack and sends its empty outputs
     # asynchronously; that stack has the real one's URN, so its outputs could land last and wipe the program's.

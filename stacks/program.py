@@ -13,7 +13,7 @@ from stacks.config import PROJECT, ClusterConfig, ConfigError, StackConfig, load
 from stacks.gpu_platform import GpuPlatform
 from stacks.part import Selection
 from stacks.preflight import check_driver_images
-from stacks.registration import lean_registrations
+from stacks.registration import lean_registrations, unread_outputs
 from stacks.settle import settled
 
 
@@ -104,6 +104,7 @@ def _refuse_provider_keys(cluster: ClusterConfig) -> None:
 def run() -> None:
     """Entry point under the Pulumi CLI: config, discovery and preflight errors become one-line run errors."""
     lean_registrations()
+    unread_outputs()
     try:
         config = load_stack_config()
         if not config.cluster.discovery.enabled:

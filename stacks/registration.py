@@ -1,5 +1,6 @@
 """What the Pulumi SDK does at every registration that the program does without: walking the Python stack for a
-source position, and sending its own debug lines to the engine one call at a time.
+source position, sending its own debug lines to the engine one call at a time, and turning the engine's answer into
+outputs for a resource whose outputs the program never reads.
 
 Each is replaced only where the SDK's source is the one read here (its SHA-256): an SDK upgrade keeps the SDK's own
 until the new source is read and the digest updated (tests/stacks/test_registration.py says so).
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pulumi import log
-from pulumi.runtime import resource
+from pulumi.runtime import resource, rpc
 from pulumi.runtime.proto import source_pb2
 
 # Set to `true` under the Pulumi CLI to keep both (`pulumi up --debug` then shows the SDK's lines again).
@@ -78,3 +79,41 @@ def lean_registrations() -> bool:
         return False
     traces, lines = no_stack_traces(), no_debug_lines()
     return traces and lines
+
+
+# SHA-256 of the sources of the SDK's `rpc.transfer_properties` and `rpc.resolve_outputs` that `unread_outputs` wraps.
+SDK_TRANSFER_PROPERTIES = "0e7c02ffa04ff20b31cd58a4829188d173300ed40eae0cb7bb48435121c233d9"
+SDK_RESOLVE_OUTPUTS = "18f65c1be3ad95f4d7f679ac3f75c555e3eef738627e50fd0146440477d387e8"
+_sdk_transfer_properties = rpc.transfer_properties
+_sdk_resolve_outputs = rpc.resolve_outputs
+
+
+def _transfer_properties(res: Any, props: Any, custom: bool) -> dict[str, Any]:
+    """The SDK's, except that a resource whose class sets `outputs_read = False` gets no output properties."""
+    if getattr(type(res), "outputs_read", True):
+        return _sdk_transfer_properties(res, props, custom)
+    return {}
+
+
+def _resolve_outputs(res: Any, serialized_props: Any, outputs: Any, deps: Any, resolvers: dict[str, Any],
+                     custom: bool, *args: Any, **kwargs: Any) -> None:
+    """The SDK's, skipped where there is no output to resolve (it would convert the whole answer and keep none)."""
+    if resolvers:
+        _sdk_resolve_outputs(res, serialized_props, outputs, deps, resolvers, custom, *args, **kwargs)
+
+
+def unread_outputs() -> bool:
+    """Keep no outputs for a resource whose class sets `outputs_read = False` (components/kinds.py); True if both
+    SDK functions were replaced.
+
+    For every registered resource the SDK makes an output property (four futures) per input key, and converts the
+    engine's whole answer into Python values to resolve them: under the engine, the live object as the API server
+    keeps it, with its `managedFields` and `status`. For a resource whose outputs the program never reads that is all
+    waste, at a thousand tenants 8,000 times per update. Its URN and ID, which parents and dependencies wait for,
+    resolve as before, and a failed registration still fails through them. Each wrapper is harmless alone: without
+    output properties the SDK's `resolve_outputs` resolves nothing, and the other skips only when there is nothing to
+    resolve.
+    """
+    transfer = replace_if_read(rpc, "transfer_properties", SDK_TRANSFER_PROPERTIES, _transfer_properties)
+    resolve = replace_if_read(rpc, "resolve_outputs", SDK_RESOLVE_OUTPUTS, _resolve_outputs)
+    return transfer and resolve
