@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import subprocess
@@ -10,12 +11,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import kubernetes_validate
 import pytest
 import yaml
+from hypothesis import strategies as st
 
 from gpuctl import render
-from gpuctl.render import dump_yaml, manifests
+from gpuctl.render import dump_yaml, manifests, write_plan
 from tests.conftest import ROOT, render_stack, stack_config
 
 STACKS = {"dev": "1.31", "prod": "1.31"}
@@ -425,6 +428,43 @@ def test_every_prod_manifest_is_written_as_pyyaml_safe_dump_writes_it(prod_plan)
     objects = manifests(prod_plan.document)
 
     assert objects and all(dump_yaml(m) == yaml.safe_dump(m, sort_keys=False) for m in objects)
+
+
+def written_plan(plan: dict[str, Any]) -> bytes:
+    stream = io.BytesIO()
+    write_plan(plan, stream)
+    return stream.getvalue()
+
+
+def test_plan_json_is_the_text_json_dump_writes(prod_plan) -> None:
+    """Readers of plan.json (a reviewer's eyes, `diff`, a cached base) see the layout they saw before orjson wrote it."""
+    plan = prod_plan.document
+
+    assert written_plan(plan) == (json.dumps(plan, indent=2, sort_keys=True) + "\n").encode()
+
+
+# JSON of ASCII strings (control characters included, DEL not) and integers of any size, nested: the values a plan
+# holds (its one float is a stack's timeout).
+ASCII = st.text(st.characters(max_codepoint=126), max_size=12)
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | ASCII,
+                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(ASCII, inner, max_size=4),
+                           max_leaves=30)
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.given(resources=st.lists(st.dictionaries(ASCII, JSON_VALUES, max_size=4), max_size=3),
+                  outputs=JSON_VALUES)
+def test_any_plan_is_written_as_json_dump_writes_it(resources: list, outputs: Any) -> None:
+    plan = {"project": "gpu-platform", "stack": "x", "resources": resources, "outputs": outputs, "tenantInputs": {}}
+
+    assert written_plan(plan) == (json.dumps(plan, indent=2, sort_keys=True) + "\n").encode()
+
+
+def test_a_plan_of_other_characters_and_floats_reads_back_the_same() -> None:
+    plan = {"project": "gpu-platform", "stack": "x", "resources": [{"name": "équipe-α\x7f", "timeout": 1e-07}],
+            "outputs": {"big": 10**30}, "tenantInputs": {}}
+
+    assert json.loads(written_plan(plan)) == plan
 
 
 @pytest.mark.parametrize("tenants", [40, 120])
