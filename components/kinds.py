@@ -14,7 +14,8 @@ fails there. The engine's answer still gives each object its URN and ID; its oth
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -42,11 +43,10 @@ class Kind:
     api_version: str
     kind: str
     aliases: tuple[str, ...] = ()  # the older type tokens the typed class names as aliases
-    _alias_options: pulumi.ResourceOptions = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_alias_options", pulumi.ResourceOptions(
-            aliases=[pulumi.Alias(type_=token) for token in self.aliases]))
+    @functools.cached_property
+    def _alias_options(self) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(aliases=[pulumi.Alias(type_=token) for token in self.aliases])
 
     @property
     def token(self) -> str:

@@ -119,7 +119,7 @@ QUOTA_SPEC_DIGEST = "gpu-platform.io/quota-spec"
 
 
 def quota(name: str, quota_name: str, namespace: str, spec: dict, opts: pulumi.ResourceOptions) -> \
-        pulumi.CustomResource:
+        kinds.KindObject:
     """A ResourceQuota that `pulumi up` holds until the quota controller enforces this very spec.
 
     The API server's quota admission enforces only what a quota's status lists, and the controller manager fills
@@ -151,7 +151,7 @@ class TenantQuota(pulumi.ComponentResource):
 
     namespace: str
     gpus: int
-    members: pulumi.CustomResource
+    members: kinds.KindObject
 
     def __init__(self, name: str, args: TenantQuotaArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:TenantQuota", name, None, opts)
