@@ -19,6 +19,16 @@ DRAIN_TIMEOUT_SECONDS = 600
 RECUT_TIMEOUT_SECONDS = 900
 # What the Job needs beyond the nodes' time: listing and patching the machines.
 SLACK_SECONDS = 120
+# `pulumi up` starts the roll and does not wait for it, as for an instance refresh or a drift replacement: a roll of
+# many nodes outlasts any wait, and a node a PodDisruptionBudget holds would hang the update. A `waitFor` the created
+# Job meets at once does that (pulumi-kubernetes provider/pkg/await/await.go Creation: a Job's completion awaiter only
+# without such an override). `skipAwait` would too, but on a Job it also skips the wait for its deletion
+# (provider/pkg/metadata/overrides.go DeletedCondition, allowsSkipAwaitWithDelete): the replacement of a Job under the
+# same name (a new `oc` image with the cluster release) was then applied onto the old Job while the garbage collector
+# still held it for its pod (foreground deletion), a field conflict that failed `up`, and a new roll could start
+# while the old one's pod was still stopping. Deleting waits for the old Job and its pod to be gone, within the
+# timeout (the pod's grace period is 30 s).
+ROLL_JOB_WAITS = {labels.WAIT_FOR: "jsonpath={.metadata.uid}", labels.TIMEOUT_SECONDS: "300"}
 
 # A MachineSet's template reaches only machines it creates from then on. The machine API's nodelink controller copies
 # each Machine's spec.metadata.labels and spec.taints onto its node at every sync, adding or overwriting, never
@@ -134,9 +144,7 @@ def machine_labels(name: str, machine_set: str, node_labels: dict[str, str], tai
            "DRAIN_TIMEOUT": str(DRAIN_TIMEOUT_SECONDS), "RECUT_TIMEOUT": str(RECUT_TIMEOUT_SECONDS)}
     deadline = job_deadline(nodes)
     return k8s.batch.v1.Job(f"{name}-job", metadata=metadata(
-        # `pulumi up` starts the roll and does not wait for it, as for an instance refresh or a drift replacement: a
-        # roll of many nodes outlasts any wait, and a node a PodDisruptionBudget holds would hang the update.
-        f"{machine_set[:48]}-{digest}", MACHINE_API_NAMESPACE, annotations={labels.SKIP_AWAIT: "true"}), spec={
+        f"{machine_set[:48]}-{digest}", MACHINE_API_NAMESPACE, annotations=ROLL_JOB_WAITS), spec={
         # One try: a node that failed stays cordoned and named; running the roll again is a decision for a person.
         "backoffLimit": 0,
         "activeDeadlineSeconds": deadline,

@@ -146,7 +146,9 @@ def test_a_mig_capable_machine_set_pool_without_a_layout_re_cuts_to_all_disabled
 
 def test_the_re_cut_roll_may_drain_nodes_and_nothing_more(dev_plan: Plan) -> None:
     job = recut_job(dev_plan)
-    assert job["metadata"]["annotations"][labels.SKIP_AWAIT] == "true"  # pulumi up starts it, as a refresh
+    # pulumi up starts it, as a refresh, and waits for nothing but its creation (and on delete, for it to be gone)
+    assert job["metadata"]["annotations"][labels.WAIT_FOR] == "jsonpath={.metadata.uid}"
+    assert labels.SKIP_AWAIT not in job["metadata"]["annotations"]
     assert job["spec"]["backoffLimit"] == 0  # a failed node is left for a person, not retried
     # 2 nodes at most (maxReplicas), each drained in 600 s and re-cut in 900 s
     assert job["spec"]["activeDeadlineSeconds"] == 2 * (600 + 900) + 120

@@ -630,7 +630,8 @@ def test_no_wait_can_hang_on_absent_nodes(stack: str, dev_plan: Plan, prod_plan:
                 and annotations.get(labels.SKIP_AWAIT) != "true":
             # pulumi-kubernetes waits up to this; a Job also stops itself at its deadline
             assert int(annotations[labels.TIMEOUT_SECONDS]) <= 1200, resource["name"]
-        if kind == "Job" and annotations.get(labels.SKIP_AWAIT) != "true":
+        if kind == "Job" and annotations.get(labels.SKIP_AWAIT) != "true" and labels.WAIT_FOR not in annotations:
+            # awaited to its completion
             assert resource["inputs"]["spec"]["activeDeadlineSeconds"] <= int(annotations[labels.TIMEOUT_SECONDS])
         if resource["type"] == HELM_RELEASE:
             assert 0 < resource["inputs"]["timeout"] <= 600 and not resource["inputs"].get("waitForJobs")
