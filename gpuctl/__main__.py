@@ -8,13 +8,15 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from gpuctl import __version__, interrupts
+from gpuctl import __version__, interrupts, standby
 
 
 def main(argv: list[str] | None = None) -> int:
     # First, before the commands load (a second or more): a signal during the imports ends the run as one later.
     interrupts.install()
     try:
+        if argv is None:  # the command line's run, not a caller's in this process
+            standby.start(sys.argv[1:])
         try:
             parser = _parser()
         except BaseException:
@@ -23,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
             return interrupts.exit_code()
         return _run(parser, argv)
     finally:
+        standby.stop()
         interrupts.settle()
 
 

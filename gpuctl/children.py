@@ -108,23 +108,29 @@ class Group:
         return child
 
     def fork(self, work: Callable[[], int]) -> Child:
-        """Run `work()` in a fork of this process; its return value is the child's exit code. Signals are the
-        parent's to handle: the child ignores Ctrl-C (the terminal sends it to both) and dies on SIGTERM and SIGHUP."""
-        sys.stdout.flush()
-        sys.stderr.flush()
-        parent = os.getpid()
+        """`fork(work)`, the child recorded in this group."""
         with interrupts.shielded():
-            with signals_held():
-                pid = os.fork()
-                if not pid:
-                    signal.signal(signal.SIGINT, signal.SIG_IGN)
-                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                    signal.signal(signal.SIGHUP, signal.SIG_DFL)
-            if pid:
-                child = Child(pid)
-                self.children.append(child)
-                return child
-            _run(work, parent)  # the child ends in it, never leaving the block: the shield is the parent's
+            child = fork(work)
+            self.children.append(child)
+        return child
+
+
+def fork(work: Callable[[], int]) -> Child:
+    """Run `work()` in a fork of this process; its return value is the child's exit code. Signals are the parent's
+    to handle: the child ignores Ctrl-C (the terminal sends it to both) and dies on SIGTERM and SIGHUP, and with
+    the parent."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    parent = os.getpid()
+    with signals_held():
+        pid = os.fork()
+        if not pid:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    if pid:
+        return Child(pid)
+    _run(work, parent)  # the child ends in it, never returning to the caller
 
 
 def _run(work: Callable[[], int], parent: int) -> NoReturn:

@@ -15,7 +15,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from gpuctl import basecache, check, deployed, report, reuse, scratch, summary, upgrade
+from gpuctl import basecache, check, deployed, report, reuse, scratch, standby, summary, upgrade
 from gpuctl import diff as plan_diff
 from gpuctl.children import Child, Group, wait_all
 from gpuctl.inputs import read_input
@@ -80,6 +80,7 @@ def render_both(args: argparse.Namespace, head: StackFile,
         previous = _previous(old, deployed_kernels) if old is not None else None
         if old is not None and (new := _from_base(old, head, observed, online, previous, commit, args)) is not None:
             return old, new
+        standby.stop()  # the renders below need its CPU
         if old is None:
             _extract(commit, work / "tree")
             if args.stack_path and (work / "tree" / args.stack_path).is_file():
@@ -113,8 +114,11 @@ def _from_base(old: dict[str, Any], head: StackFile, observed: list[ObservedNode
         return None
     said = io.StringIO()  # what the render says is said once, by the render whose plan is used
     try:
-        with contextlib.redirect_stderr(said):
-            new = reuse.splice(old, render_plan(head, observed, online=online, previous=previous, part=part))
+        plan = standby.render(said, stack_file=head, observed=observed, online=online, previous=previous, part=part)
+        if plan is None:
+            with contextlib.redirect_stderr(said):
+                plan = render_plan(head, observed, online=online, previous=previous, part=part)
+        new = reuse.splice(old, plan)
     except ConfigError:
         sys.stderr.write(said.getvalue())
         raise
@@ -462,8 +466,8 @@ def register(commands) -> None:
     parser.add_argument("--policy-config", metavar="FILE", help="policy pack config (JSON), as for `gpuctl check`")
     parser.add_argument("--jobs", type=jobs, default=usable_cpus(), metavar="N",
                         help="render processes at once (default: this machine's CPUs): the base and the head at "
-                             "once, and a stack of many tenants in parts; 1: in turn, in one process, with the least "
-                             "memory in use")
+                             "once, a stack of many tenants in parts, and with the base cached a render on standby "
+                             "as gpuctl starts; 1: in turn, in one process, with the least memory in use")
     parser.add_argument("--no-cache", action="store_true",
                         help=f"render the base even when the cache ({basecache.folder()}) holds its plan")
     parser.add_argument("--json-file", metavar="FILE", help="also write the whole review as JSON to FILE (the "
