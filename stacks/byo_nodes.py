@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kubernetes import client
 
@@ -12,7 +13,7 @@ from components import labels
 from fleet.partitioning import MIG_DISABLED
 from stacks.config import PROJECT, ConfigError, DiscoveryConfig, NodePoolConfig
 from stacks.deadline import Deadline
-from stacks.discovery import ClusterRead, ask_cluster
+from stacks.discovery import ClusterRead, ask_cluster, node_list, read_nodes
 
 TAINT = f"{labels.GPU_TAINT['key']}:{labels.GPU_TAINT['effect']}"
 
@@ -35,15 +36,14 @@ def read_byo_nodes(discovery: DiscoveryConfig, pools: Sequence[NodePoolConfig],
     """Each bring-your-own pool's nodes, selected by its labels, in one exchange bounded by `deadline` (default:
     `timeoutSeconds` from now)."""
 
-    def request(api: client.ApiClient, timeout: float) -> dict[str, list[LiveNode]]:
-        core = client.CoreV1Api(api)
-        return {pool.name: [_live(node) for node in core.list_node(
-            label_selector=selector(pool), _request_timeout=timeout).items] for pool in pools}
+    def request(api: client.ApiClient, timeout: float) -> dict[str, bytes]:
+        return {pool.name: read_nodes(api, timeout, selector(pool)) for pool in pools}
 
-    nodes, _ = ask_cluster(discovery, request, ByoNodesError, ClusterRead(
+    bodies, server = ask_cluster(discovery, request, ByoNodesError, ClusterRead(
         answer="the bring-your-own pools' node lists ", doing="listing a bring-your-own pool's nodes",
         rights="list nodes", grant="bind it a ClusterRole with get and list on nodes"), deadline)
-    return nodes
+    return {name: [_live(node, server) for node in node_list(body, server, ByoNodesError).get("items") or []]
+            for name, body in bodies.items()}
 
 
 def check_byo_nodes(pools: Sequence[NodePoolConfig], nodes: dict[str, list[LiveNode]]) -> list[str]:
@@ -145,7 +145,16 @@ def selector(pool: NodePoolConfig) -> str:
     return ",".join(f"{key}={value}" for key, value in sorted(pool.bring_your_own.node_selector.items()))
 
 
-def _live(node: client.V1Node) -> LiveNode:
-    return LiveNode(node.metadata.name, dict(node.metadata.labels or {}),
-                    frozenset(f"{taint.key}{'=' + taint.value if taint.value else ''}:{taint.effect}"
-                              for taint in node.spec.taints or []))
+def _live(node: Any, server: str) -> LiveNode:
+    """A node of the list as the check reads it; ByoNodesError for one that is not a v1 Node."""
+    try:
+        metadata, taints = node["metadata"], (node.get("spec") or {}).get("taints") or []
+        node_labels = metadata.get("labels") or {}
+        if not isinstance(metadata["name"], str) or not all(isinstance(v, str) for v in node_labels.values()):
+            raise TypeError
+        return LiveNode(metadata["name"], dict(node_labels), frozenset(
+            f"{taint['key']}{'=' + taint['value'] if taint.get('value') else ''}:{taint['effect']}" for taint in taints))
+    except (AttributeError, KeyError, TypeError):
+        raise ByoNodesError(f"the API server at {server} answered a bring-your-own pool's node list with an item that "
+                            "is not a v1 Node; check that the kubeconfig's server URL points at the Kubernetes API")
+

@@ -40,30 +40,39 @@ def read_live_nodes(discovery: DiscoveryConfig, deadline: Deadline | None = None
         DiscoveryError: the kubeconfig, the connection, the credentials or the answer failed; never returns a
             partial list.
     """
-    body, server = ask_cluster(discovery, _read_gpu_nodes, DiscoveryError, ClusterRead(
-        answer="", doing="listing GPU nodes", rights="list nodes",
-        grant="bind it a ClusterRole with get and list on nodes"), deadline)
+    body, server = ask_cluster(discovery, lambda api, timeout: read_nodes(api, timeout, GPU_NODE_SELECTOR),
+                               DiscoveryError, ClusterRead(answer="", doing="listing GPU nodes", rights="list nodes",
+                                                           grant="bind it a ClusterRole with get and list on nodes"),
+                               deadline)
+    try:
+        return parse_node_list(node_list(body, server, DiscoveryError), f"nodes at {server}")
+    except DiscoveryError:
+        raise
+    except ConfigError as error:
+        raise DiscoveryError(str(error)) from None
+
+
+def node_list(body: bytes, server: str, error: type[ConfigError]) -> dict:
+    """The body of a node list read (`read_nodes`) as a v1 NodeList, or `error` naming what came instead."""
     if len(body) > MAX_NODE_LIST_BYTES:
-        raise DiscoveryError(
+        raise error(
             f"the API server at {server} answered the node list with over {MAX_NODE_LIST_BYTES >> 20} MiB; "
             "check that the kubeconfig's server URL points at the Kubernetes API"
         )
     try:
         document = json.loads(body)
     except ValueError:
-        raise DiscoveryError(
+        raise error(
             f"the API server at {server} answered the node list with something that is not JSON; "
             "check that the kubeconfig's server URL points at the Kubernetes API"
         ) from None
-    if not isinstance(document, dict) or document.get("kind") != "NodeList":
-        raise DiscoveryError(
+    if not isinstance(document, dict) or document.get("kind") != "NodeList" or \
+            not isinstance(document.get("items") or [], list):
+        raise error(
             f"the API server at {server} answered the node list with something that is not a v1 NodeList; "
             "check that the kubeconfig's server URL points at the Kubernetes API"
         )
-    try:
-        return parse_node_list(document, f"nodes at {server}")
-    except ConfigError as error:
-        raise DiscoveryError(str(error)) from None
+    return document
 
 
 @dataclass(frozen=True)
@@ -111,10 +120,25 @@ def ask_cluster(discovery: DiscoveryConfig, request: Callable[[client.ApiClient,
         raise error(_connection_failure(failed, server[0], discovery, read)) from None
 
 
-def _read_gpu_nodes(api: client.ApiClient, timeout: float) -> bytes:
-    """The GPU node list's raw body, read in chunks and cut one byte past the cap."""
-    response = client.CoreV1Api(api).list_node(label_selector=GPU_NODE_SELECTOR, _request_timeout=timeout,
-                                                _preload_content=False)
+def get(api: client.ApiClient, path: str, timeout: float, path_params: dict[str, str] | None = None,
+        query: dict[str, str] | None = None) -> urllib3.BaseHTTPResponse:
+    """GET `path` as the client's generated API classes send it (bearer token auth, JSON), the answer unread; a
+    status outside 2xx raised as their ApiException, as kubernetes/client/api_client.py
+    `ApiClient._call_with_legacy_options` raises it for `_preload_content=False`. Without those classes: the first use
+    of one loads the models of its whole API group (CoreV1Api: 250 pydantic classes, 0.6 s), which a raw read never
+    uses."""
+    request = api.param_serialize("GET", path, path_params=path_params, query_params=list((query or {}).items()),
+                                  header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+    response = api.call_api(*request, _request_timeout=timeout)
+    if not 200 <= response.status <= 299:
+        response.read()
+        raise ApiException.from_response(http_resp=response, body=None, data=None)
+    return response.response
+
+
+def read_nodes(api: client.ApiClient, timeout: float, selector: str) -> bytes:
+    """The raw body of the list of the nodes `selector` selects, read in chunks and cut one byte past the cap."""
+    response = get(api, "/api/v1/nodes", timeout, query={"labelSelector": selector})
     body = bytearray()
     try:
         for chunk in response.stream(1 << 16, decode_content=True):

@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from stacks.config import PROJECT, ConfigError, DiscoveryConfig, StackConfig
 from stacks.deadline import Deadline
-from stacks.discovery import ClusterRead, ask_cluster
+from stacks.discovery import ClusterRead, ask_cluster, get
 
 
 OLM_FIX = ("OLM is part of OpenShift 4: check that the kubeconfig reaches an OpenShift cluster, or set "
@@ -124,12 +124,11 @@ def check_crds(discovery: DiscoveryConfig, needed: tuple[Precondition, ...], dea
 
 
 def _missing(api: client.ApiClient, needed: tuple[Precondition, ...], timeout: float) -> list[Precondition]:
-    extensions = client.ApiextensionsV1Api(api)
     missing = []
     for precondition in needed:
         try:
-            response = extensions.read_custom_resource_definition(
-                precondition.name, _request_timeout=timeout, _preload_content=False)
+            response = get(api, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}", timeout,
+                           path_params={"name": precondition.name})
         except ApiException as error:
             if error.status != 404:
                 raise

@@ -1,14 +1,17 @@
-"""Bring-your-own pools' nodes, as the live check judges them (the read itself runs against the real API server
-in e2e/test_stacks.py)."""
+"""Bring-your-own pools' nodes, as the live check reads and judges them (against a stand-in API server here, and the
+real one in e2e/test_stacks.py)."""
 
 from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from components import labels
-from stacks.byo_nodes import TAINT, ByoNodesError, LiveNode, check_byo_nodes, selector
+from stacks.byo_nodes import TAINT, ByoNodesError, LiveNode, check_byo_nodes, read_byo_nodes, selector
 from stacks.config import parse_stack_config
 from tests.conftest import config_values
+from tests.stacks.test_discovery import api, discovery, kubeconfig  # noqa: F401 - the stand-in API server fixture
 
 POOLS = parse_stack_config(config_values("onprem")).node_pools  # dgx-a100 (2 nodes), l40s-inference (4, shared)
 
@@ -103,3 +106,27 @@ def test_a_pool_with_fewer_or_more_nodes_than_declared_is_a_warning() -> None:
 
 def test_the_selector_is_the_pools_labels() -> None:
     assert selector(POOLS[0]) == "example.com/gpu-pool=dgx-a100"
+
+
+def test_each_pool_is_read_by_its_selector_with_its_taints(api, tmp_path) -> None:
+    """Against the stand-in API server: the node list as the API server sends it, one request per pool."""
+    api.nodes = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "dgx-0", "labels": {
+        "example.com/gpu-pool": "dgx-a100"}}, "spec": {"taints": [
+            {"key": labels.GPU_TAINT["key"], "effect": labels.GPU_TAINT["effect"]},
+            {"key": "maintenance", "value": "soon", "effect": "NoSchedule"}]}}]
+    nodes = read_byo_nodes(discovery(kubeconfig(tmp_path / "config", {"c": api.url}, "c")), POOLS)
+    assert nodes == {"dgx-a100": [LiveNode("dgx-0", {"example.com/gpu-pool": "dgx-a100"},
+                                           frozenset({TAINT, "maintenance=soon:NoSchedule"}))],
+                     "l40s-inference": []}
+    assert sorted(parse_qs(urlsplit(path).query)["labelSelector"][0] for path, _ in api.requests) == sorted(
+        selector(pool) for pool in POOLS if pool.bring_your_own)
+
+
+@pytest.mark.parametrize("item", [{"metadata": {"name": 7}}, {"metadata": {}}, "node",
+                                  {"metadata": {"name": "n", "labels": {"a": 1}}},
+                                  {"metadata": {"name": "n"}, "spec": {"taints": [{"effect": "NoSchedule"}]}}])
+def test_an_item_that_is_not_a_node_is_one_line(api, tmp_path, item) -> None:
+    api.nodes = [{"metadata": {"name": "dgx-0", "labels": {"example.com/gpu-pool": "dgx-a100"}}}]
+    api.answer_items = [item]
+    with pytest.raises(ByoNodesError, match="with an item that is not a v1 Node; check that the kubeconfig's server"):
+        read_byo_nodes(discovery(kubeconfig(tmp_path / "config", {"c": api.url}, "c")), POOLS)

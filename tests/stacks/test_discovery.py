@@ -43,6 +43,7 @@ class StandInApi:
         self.nodes = [node("gpu-a", OLD), node("gpu-b", NEW), node("gpu-c", NEW), node("cpu-a", OLD, gpu=False)]
         self.crds: set[str] = set()  # CRDs served at /apis/apiextensions.k8s.io/v1/customresourcedefinitions/<name>
         self.fault: str | None = None
+        self.answer_items: list[Any] | None = None  # the items of every node list, whatever the selector
         self.delay = 0.0  # seconds before each answer
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.release = threading.Event()
@@ -103,7 +104,8 @@ class StandInApi:
             return self.status(request, 404, "NotFound", "the server could not find the requested resource")
         selector = parse_qs(url.query).get("labelSelector", [""])[0]
         key, _, value = selector.partition("=")
-        items = [n for n in self.nodes if not selector or n["metadata"]["labels"].get(key) == value]
+        items = self.answer_items if self.answer_items is not None else [
+            n for n in self.nodes if not selector or n["metadata"]["labels"].get(key) == value]
         body = {"kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": "42"}, "items": items}
         self.send(request, 200, json.dumps(body).encode(), "application/json")
 
