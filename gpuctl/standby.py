@@ -80,7 +80,8 @@ def start(argv: list[str]) -> None:
         return
     jobs_out, jobs_in = os.pipe()
     answers_out, answers_in = os.pipe()
-    child = fork(lambda: _serve(jobs_out, answers_in, (jobs_in, answers_out)))
+    online = "--offline" not in argv
+    child = fork(lambda: _serve(jobs_out, answers_in, (jobs_in, answers_out), online))
     os.close(jobs_out)
     os.close(answers_in)
     _standby = Standby(child, jobs_in, answers_out)
@@ -127,8 +128,9 @@ def load(package: str) -> None:
         getattr(module, "__all__", None)  # any attribute but the module's own name, file and spec
 
 
-def _serve(jobs: int, answers: int, parents_ends: tuple[int, int]) -> int:
-    """In the fork: load, wait for the job (none: end), render it, answer."""
+def _serve(jobs: int, answers: int, parents_ends: tuple[int, int], online: bool) -> int:
+    """In the fork: load (online, the Kubernetes client too, for the render's reads of the cluster), wait for the
+    job (none: end), render it, answer."""
     for end in parents_ends:
         os.close(end)
     quiet = os.open(os.devnull, os.O_WRONLY)  # what the render says goes back in the answer; nothing else is said
@@ -138,6 +140,8 @@ def _serve(jobs: int, answers: int, parents_ends: tuple[int, int]) -> int:
     from stacks.config import ConfigError
     for package in SDK_PACKAGES:
         load(package)
+    if online:
+        importlib.import_module("stacks.preconditions")
     with os.fdopen(jobs, "rb") as stream:
         try:
             job = pickle.load(stream)
