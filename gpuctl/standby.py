@@ -78,10 +78,17 @@ def start(argv: list[str]) -> None:
     global _standby
     if _standby is not None or not suggested(argv):
         return
-    jobs_out, jobs_in = os.pipe()
-    answers_out, answers_in = os.pipe()
-    online = "--offline" not in argv
-    child = fork(lambda: _serve(jobs_out, answers_in, (jobs_in, answers_out), online))
+    ends: list[int] = []
+    try:
+        ends += os.pipe()
+        ends += os.pipe()
+        jobs_out, jobs_in, answers_out, answers_in = ends
+        online = "--offline" not in argv
+        child = fork(lambda: _serve(jobs_out, answers_in, (jobs_in, answers_out), online))
+    except OSError:  # no pipe or process to spare (EMFILE, EAGAIN): gpuctl renders itself
+        for end in ends:
+            os.close(end)
+        return
     os.close(jobs_out)
     os.close(answers_in)
     _standby = Standby(child, jobs_in, answers_out)

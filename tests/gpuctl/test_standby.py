@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -91,3 +92,16 @@ def test_a_standby_that_dies_leaves_the_same_review_to_gpuctl(tmp_path, base_pla
     assert "newcomer" in alone.stdout
     for result in (on_standby, dead):
         assert (result.returncode, result.stdout, result.stderr) == (alone.returncode, alone.stdout, alone.stderr)
+
+
+def test_no_process_to_spare_is_no_standby(monkeypatch) -> None:
+    """A fork refused (EAGAIN: the user's process limit) leaves the render to gpuctl, and no pipe open."""
+    def refused(work):
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(standby, "fork", refused)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    before = sorted(Path("/proc/self/fd").iterdir()) if Path("/proc/self/fd").is_dir() else []
+    standby.start(["preview", "--stack", "dev", "--base", "HEAD"])
+    assert standby.render(io.StringIO()) is None  # nothing to ask: gpuctl renders
+    assert (sorted(Path("/proc/self/fd").iterdir()) if before else []) == before
