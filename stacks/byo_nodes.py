@@ -157,4 +157,3 @@ def _live(node: Any, server: str) -> LiveNode:
     except (AttributeError, KeyError, TypeError):
         raise ByoNodesError(f"the API server at {server} answered a bring-your-own pool's node list with an item that "
                             "is not a v1 Node; check that the kubeconfig's server URL points at the Kubernetes API")
-
