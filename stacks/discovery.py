@@ -44,10 +44,9 @@ def read_live_nodes(discovery: DiscoveryConfig, deadline: Deadline | None = None
                                DiscoveryError, ClusterRead(answer="", doing="listing GPU nodes", rights="list nodes",
                                                            grant="bind it a ClusterRole with get and list on nodes"),
                                deadline)
+    document = node_list(body, server, DiscoveryError)
     try:
-        return parse_node_list(node_list(body, server, DiscoveryError), f"nodes at {server}")
-    except DiscoveryError:
-        raise
+        return parse_node_list(document, f"nodes at {server}")
     except ConfigError as error:
         raise DiscoveryError(str(error)) from None
 
