@@ -38,8 +38,12 @@ TAIL_LINES = 40
 # manager unless the apply is forced (pkg/await/await.go, patchForce: PULUMI_K8S_ENABLE_PATCH_FORCE).
 # And the Go runtime's collector (the CLI's and the provider's) runs at a fifth of its default pace: at 9,000 resources
 # it was a fifth of the engine's CPU time in an update of one tenant, and GOGC=400 cut that update's CPU by 12 s of
-# 90, for 0.8 GB more peak memory (docs/performance.md).
-FLEET_SETTINGS = {"PULUMI_SKIP_CHECKPOINTS": "true", "PULUMI_K8S_ENABLE_PATCH_FORCE": "true", "GOGC": "400"}
+# 90, for 0.8 GB more peak memory (docs/performance.md). And the engine asks the provider for each resource's diff
+# without waiting for the answer (pkg/resource/deploy/step_generator.go, diff: a promise when ParallelDiff is on).
+# Otherwise it generates the resources' steps one at a time, each Check and Diff a call it waits for
+# (pulumi/pulumi#12351); PULUMI_PARALLEL_DIFF is the engine's own setting for it (pulumi/pulumi#18872).
+FLEET_SETTINGS = {"PULUMI_SKIP_CHECKPOINTS": "true", "PULUMI_K8S_ENABLE_PATCH_FORCE": "true", "GOGC": "400",
+                  "PULUMI_PARALLEL_DIFF": "true"}
 # The CLI writes every verbose log line of every command, with the properties it names, compressed and encrypted, to a
 # file of its own under PULUMI_HOME/logs (pulumi pkg/logging/encrypted.go, StartLogging; always on in the 3.260.0
 # built here, no setting turns it off): at fleet size a quarter of an update's time. Where that path is a regular
