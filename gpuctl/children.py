@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import functools
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from gpuctl import interrupts
 
@@ -113,6 +114,51 @@ class Group:
             child = fork(work)
             self.children.append(child)
         return child
+
+
+def ahead(group: Group, work: Callable[[], Any]) -> Callable[[], Any]:
+    """Start `work()` in a fork of this process (recorded in `group`) while the caller goes on; the function returned
+    waits for its result, or raises what it raised. When no pipe or process is to spare, or the fork ends without
+    an answer, `work()` runs here instead, when the result is asked for."""
+    try:
+        answers, answering = os.pipe()
+    except OSError:
+        return work
+    try:
+        child = group.fork(functools.partial(_answer, work, answers, answering))
+    except OSError:
+        os.close(answers)
+        return work
+    finally:
+        os.close(answering)
+
+    def result() -> Any:
+        try:
+            with os.fdopen(answers, "rb") as stream:
+                raised, value = pickle.load(stream)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            child.kill()
+            return work()
+        if raised:
+            raise value
+        return value
+    return result
+
+
+def _answer(work: Callable[[], Any], answers: int, answering: int) -> int:
+    """In the fork of `ahead`: `work()`'s result, or the exception it raised, sent back whole."""
+    os.close(answers)
+    try:
+        answer = (False, work())
+    except Exception as error:  # raised again in gpuctl, as if it had been raised there
+        answer = (True, error)
+    try:
+        data = pickle.dumps(answer)
+    except Exception:  # nothing sent: gpuctl runs `work()` itself
+        return 1
+    with os.fdopen(answering, "wb") as stream:
+        stream.write(data)
+    return 0
 
 
 def fork(work: Callable[[], int]) -> Child:

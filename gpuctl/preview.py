@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuctl import basecache, check, deployed, report, reuse, scratch, standby, summary, upgrade
 from gpuctl import diff as plan_diff
-from gpuctl.children import Child, Group, wait_all
+from gpuctl.children import Child, Group, ahead, wait_all
 from gpuctl.inputs import read_input
 from gpuctl.outputs import check_output_file, write_output_file
 from gpuctl.cli import (BAD_INPUT, OK, ROOT, VIOLATION, add_format_arguments, add_stack_arguments, console,
@@ -407,14 +407,18 @@ def _preview(args: argparse.Namespace, head: StackFile) -> int:
     refuse_kernel_without_image(old, new)
     upgrade.refuse_release_change(old, new)
     config = config_from_stack_file(head.config)
-    checked, statuses, missing = preflight_images(new, args.offline, config.preflight)
-    changes = plan_diff.diff_plans(old, new)
-    plan_diff.refuse_driver_removal(changes, new, observed or [])
     policy_config = check.read_policy_config(args.policy_config)
-    violations = check.check_plan(new, policy_config)
+    checking = functools.partial(check.check_plan, new, policy_config)
+    with Group() as children:
+        # With a second processor, the policy pack checks the head's plan in a fork while this process diffs it.
+        violations_of = ahead(children, checking) if args.jobs > 1 else checking
+        checked, statuses, missing = preflight_images(new, args.offline, config.preflight)
+        changes = plan_diff.diff_plans(old, new)
+        plan_diff.refuse_driver_removal(changes, new, observed or [])
+        fleet = summary.summarize(old, new, changes, preflight=statuses, offline=args.offline and observed is None)
+        violations = violations_of()
     refused = plan_diff.refused_by_the_engine(changes)
     outcome = VIOLATION if check.has_mandatory(violations) or refused else OK
-    fleet = summary.summarize(old, new, changes, preflight=statuses, offline=args.offline and observed is None)
     if args.base and args.deployed is None:
         fleet.unknowns.insert(0, RE_RENDERED_BASE.format(ref=args.base))
     if args.offline and observed is None and config.cluster.discovery.enabled:

@@ -14,6 +14,7 @@ import pytest
 
 from gpuctl import children, interrupts
 from gpuctl.children import Group
+from stacks.config import ConfigError
 
 
 @pytest.fixture
@@ -88,3 +89,34 @@ def test_a_signal_while_the_children_are_stopped_waits_until_each_is_reaped(monk
     assert ended.value.code == 128 + signal.SIGTERM
     assert [child.returncode for child in group.children] == [-signal.SIGKILL]
     assert not _alive(group.children[0].pid)
+
+
+def test_work_ahead_in_a_fork_gives_its_result_or_raises_what_it_raised():
+    parent = os.getpid()
+    with Group() as group:
+        result = children.ahead(group, lambda: ("in a fork", os.getpid() != parent))
+        refusal = children.ahead(group, lambda: (_ for _ in ()).throw(ConfigError("policy config: bad level")))
+        assert result() == ("in a fork", True)
+        with pytest.raises(ConfigError, match="policy config: bad level"):
+            refusal()
+
+
+def test_work_ahead_runs_here_when_its_fork_gives_no_answer(monkeypatch, capfd):
+    """No fork to spare, a fork that dies, a result that cannot be sent back: the caller still gets the result,
+    and nothing is said about it."""
+    parent = os.getpid()
+    lock = threading.Lock()  # an object pickle cannot send
+
+    def dies_in_the_fork() -> str:
+        if os.getpid() != parent:
+            os._exit(9)
+        return "here"
+    with Group() as group:
+        died = children.ahead(group, dies_in_the_fork)
+        unsendable = children.ahead(group, lambda: lock)
+        assert died() == "here"
+        assert unsendable() is lock
+        monkeypatch.setattr(children.os, "fork", lambda: (_ for _ in ()).throw(OSError(11, "no process")))
+        refused = children.ahead(group, lambda: os.getpid())
+        assert refused() == parent
+    assert capfd.readouterr() == ("", "")
