@@ -74,7 +74,9 @@ def key(tree_entries: str, stack: str, observed: bytes | None, stack_file: str |
     digest.update(f"\0stack={stack}\0file={stack_file}\0python={sys.version}\0".encode())
     digest.update(hashlib.sha256(observed).digest() if observed is not None else b"no inventory")
     digest.update(hashlib.sha256(os.environ.get(PULL_SECRET_ENV, "").strip().encode()).digest())
-    for name, version in sorted({(dist.metadata["Name"] or "", dist.version) for dist in metadata.distributions()}):
+    # Each distribution's metadata parsed once (`dist.version` would parse it again).
+    for name, version in sorted({(meta["Name"] or "", meta["Version"] or "")
+                                 for meta in (dist.metadata for dist in metadata.distributions())}):
         digest.update(f"\0{name}=={version}".encode())
     return digest.hexdigest()
 
