@@ -21,11 +21,9 @@ from collections.abc import Callable
 from gpuctl import interrupts, schemas
 from gpuctl.inputs import read_input
 from gpuctl.cli import OK, VIOLATION, add_stack_arguments, observed_nodes, stack_file
-from gpuctl.runtime import run_program
-from gpuctl.stackfile import StackFile
-from stacks.config import ConfigError, load_stack_config
-from fleet.kernels import KernelTarget, ObservedNode
-from stacks.part import Selection
+from gpuctl.runtime import render_plan
+from stacks.config import ConfigError
+from fleet.kernels import KernelTarget
 from stacks.preflight import RegistryUnreachable, check_driver_images
 
 KUBERNETES_TYPE = re.compile(r"^kubernetes:(?P<group>[^:]+):(?P<kind>[^:]+)$")
@@ -34,27 +32,6 @@ HELM_RELEASE = "kubernetes:helm.sh/v3:Release"  # a release of a chart, not an o
 # libyaml up to 128).
 CSafeDumper = getattr(yaml, "CSafeDumper", None)
 KEY_LENGTH = 60
-
-
-def render_plan(stack_file: StackFile, observed: list[ObservedNode] | None = None, *,
-                online: bool = False, previous: list[KernelTarget] | None = None,
-                part: Selection | None = None) -> dict[str, Any]:
-    """Run the program for this stack; config errors surface as ConfigError before any resource registers.
-
-    Online, a stack that enables discovery reads its GPU nodes live when no node list was given. Kernels of
-    `previous` (an earlier revision's) keep their drivers unless a node inventory shows no node on them. With
-    `part`, only those tenants register (and everything else). The plan's `tenantInputs` hold, for every tenant,
-    the digest of its inputs and the names of its components (`gpuctl preview` reuses a base's tenants by them).
-    """
-    from stacks.program import build  # the providers load only for commands that run the program
-
-    built = []
-    plan = run_program(stack_file.stack, stack_file.config, stack_file.secret_keys,
-                       lambda: built.append(build(load_stack_config(), observed, discover=online,
-                                                  previous=previous or (), part=part)))
-    plan["tenantInputs"] = {inputs.name: {"digest": inputs.digest, "resources": inputs.roots}
-                            for inputs in built[0].tenant_inputs}
-    return plan
 
 
 def preflight(plan: dict[str, Any], offline: bool) -> str:

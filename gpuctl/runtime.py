@@ -20,7 +20,10 @@ from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
-from stacks.config import PROJECT
+from fleet.kernels import KernelTarget, ObservedNode
+from gpuctl.stackfile import StackFile
+from stacks.config import PROJECT, load_stack_config
+from stacks.part import Selection
 from stacks.registration import no_debug_lines, no_stack_traces, replace_if_read, unread_outputs
 from stacks.settle import settled
 
@@ -277,3 +280,24 @@ def run_program(stack: str, config: dict[str, Any], secret_keys: list[str], prog
         "resources": sorted(monitor.records, key=lambda record: record["urn"]),
         "outputs": monitor.outputs,
     }
+
+
+def render_plan(stack_file: StackFile, observed: list[ObservedNode] | None = None, *,
+                online: bool = False, previous: list[KernelTarget] | None = None,
+                part: Selection | None = None) -> dict[str, Any]:
+    """Run the program for this stack; config errors surface as ConfigError before any resource registers.
+
+    Online, a stack that enables discovery reads its GPU nodes live when no node list was given. Kernels of
+    `previous` (an earlier revision's) keep their drivers unless a node inventory shows no node on them. With
+    `part`, only those tenants register (and everything else). The plan's `tenantInputs` hold, for every tenant,
+    the digest of its inputs and the names of its components (`gpuctl preview` reuses a base's tenants by them).
+    """
+    from stacks.program import build  # the providers load only for commands that run the program
+
+    built = []
+    plan = run_program(stack_file.stack, stack_file.config, stack_file.secret_keys,
+                       lambda: built.append(build(load_stack_config(), observed, discover=online,
+                                                  previous=previous or (), part=part)))
+    plan["tenantInputs"] = {inputs.name: {"digest": inputs.digest, "resources": inputs.roots}
+                            for inputs in built[0].tenant_inputs}
+    return plan

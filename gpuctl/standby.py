@@ -135,20 +135,27 @@ def load(package: str) -> None:
         getattr(module, "__all__", None)  # any attribute but the module's own name, file and spec
 
 
+def preload(online: bool) -> None:
+    """What the standby loads before its job: the render's own module (not the render command's, which loads the
+    schemas and the console too), the program, the Kubernetes SDK's packages and, online, the Kubernetes client."""
+    importlib.import_module("gpuctl.runtime")
+    importlib.import_module("stacks.program")
+    for package in SDK_PACKAGES:
+        load(package)
+    if online:
+        importlib.import_module("stacks.preconditions")
+
+
 def _serve(jobs: int, answers: int, parents_ends: tuple[int, int], online: bool) -> int:
-    """In the fork: load (online, the Kubernetes client too, for the render's reads of the cluster), wait for the
-    job (none: end), render it, answer."""
+    """In the fork: load (`preload`), wait for the job (none: end), render it, answer."""
     for end in parents_ends:
         os.close(end)
     quiet = os.open(os.devnull, os.O_WRONLY)  # what the render says goes back in the answer; nothing else is said
     os.dup2(quiet, 1)
     os.dup2(quiet, 2)
-    from gpuctl.render import render_plan
+    preload(online)
+    from gpuctl.runtime import render_plan
     from stacks.config import ConfigError
-    for package in SDK_PACKAGES:
-        load(package)
-    if online:
-        importlib.import_module("stacks.preconditions")
     with os.fdopen(jobs, "rb") as stream:
         try:
             job = pickle.load(stream)
