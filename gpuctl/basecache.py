@@ -25,6 +25,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from gpuctl.cli import PULL_SECRET_ENV, RenderedPlan
 from gpuctl.inputs import MAX_INPUT_BYTES
 from stacks.config import ConfigError
@@ -141,7 +143,9 @@ def read(entry_key: str) -> dict[str, Any] | None:
         seal.update(content)
         if json.loads(header) != {"format": FORMAT, "key": entry_key, "hmac": seal.hexdigest()}:
             return None
-        plan = json.loads(content)
+        # A fleet's plan is tens of MB: orjson reads it a fifth faster than the standard library (an integer past 64
+        # bits, which it refuses, renders the base again).
+        plan = orjson.loads(content)
         RenderedPlan.model_validate(plan)
         return plan
     except (ValueError, RecursionError):  # truncated, or not the shape of a plan: render again
