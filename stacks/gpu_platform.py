@@ -227,7 +227,7 @@ class GpuPlatform(pulumi.ComponentResource):
         for name, entry in self.outputs["pools"].items():
             entry["profile"] = self.outputs["profiles"].get(name)
         # The stack exports these (stacks/program.py); registered here as well, the map of every tenant would be
-        # serialized twice by the SDK (0.04 of the 0.4 s a one-tenant render takes at 1,000 tenants).
+        # serialized twice by the SDK (0.04 s of the 0.4 s a one-tenant render takes at 1,000 tenants).
         self.register_outputs({})
 
     def _tenant(self, inputs: TenantInputs, kueue: Kueue | None, network_admission: pulumi.Resource) -> None:
